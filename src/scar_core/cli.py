@@ -1,0 +1,35 @@
+"""The ``scar`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from scar_core import __version__
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``scar`` command."""
+    parser = argparse.ArgumentParser(
+        prog="scar", description="Semantic Continuity-Aware Retrieval tools."
+    )
+    parser.add_argument("--version", action="version", version=f"scar {__version__}")
+    parser.add_subparsers(dest="command", metavar="COMMAND")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``scar`` command and return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
