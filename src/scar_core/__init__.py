@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from scar_core.cache import CachedEmbedder, VectorCache
+from scar_core.embedders.base import Embedder
+from scar_core.embedders.openai import OpenAIEmbedder
+from scar_core.embedders.sentence_transformers import SentenceTransformerEmbedder
 from scar_core.errors import (
     CacheCorruptedError,
     DataFormatError,
     EmbeddingError,
     InvalidSettingsError,
+    InvalidTextError,
     InvalidVectorError,
     LinkError,
     MissingDependencyError,
@@ -45,12 +50,15 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 
 __all__ = [
     "CacheCorruptedError",
+    "CachedEmbedder",
     "DataFormatError",
     "Decision",
+    "Embedder",
     "EmbeddingError",
     "ExpansionResult",
     "InMemoryVectors",
     "InvalidSettingsError",
+    "InvalidTextError",
     "InvalidVectorError",
     "LinkError",
     "LinkedChunk",
@@ -58,11 +66,14 @@ __all__ = [
     "MissingVectorError",
     "NeighborFetchError",
     "NeighborGraph",
+    "OpenAIEmbedder",
     "ScarError",
     "ScarPolicy",
     "ScarSettings",
     "SelectedChunk",
+    "SentenceTransformerEmbedder",
     "SkippedNeighbor",
+    "VectorCache",
     "VectorLookup",
     "__version__",
     "chunk_id_for",

@@ -12,6 +12,7 @@ __all__ = [
     "DataFormatError",
     "EmbeddingError",
     "InvalidSettingsError",
+    "InvalidTextError",
     "InvalidVectorError",
     "LinkError",
     "MissingDependencyError",
@@ -31,6 +32,10 @@ class InvalidSettingsError(ScarError, ValueError):
 
 class InvalidVectorError(ScarError, ValueError):
     """A query or seed vector is NaN, infinite, zero-norm or of the wrong dimension."""
+
+
+class InvalidTextError(ScarError, ValueError):
+    """A text given to an embedder is not a string, or is an empty or whitespace-only query."""
 
 
 class MissingVectorError(ScarError, KeyError):
