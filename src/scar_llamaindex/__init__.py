@@ -1,5 +1,42 @@
-"""SCAR for LlamaIndex: a node postprocessor that adds neighbours only when they continue a node."""
+"""SCAR for LlamaIndex: a node postprocessor that adds neighbours only when they continue a node.
+
+Usage::
+
+    from scar_llamaindex import SCARNodePostprocessor
+
+    postprocessor = SCARNodePostprocessor.from_index(index, lambda_=0.1, gamma=0.8, window=1)
+    engine = index.as_query_engine(similarity_top_k=5, node_postprocessors=[postprocessor])
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from scar_core.errors import missing_dependency
+
+try:
+    import llama_index.core  # noqa: F401 - checked here so the hint names the extra
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise missing_dependency("llama_index.core", "llamaindex") from error
+
+from scar_llamaindex._output import TRACE_METADATA_KEYS
+from scar_llamaindex._vectors import MemoryTextVectorCache, TextVectorCache
+from scar_llamaindex.embedding import ScarEmbedding
+from scar_llamaindex.postprocessor import OnError, SCARNodePostprocessor
+from scar_llamaindex.sources import (
+    FetchedNodes,
+    NeighborSource,
+    StoreNeighborSource,
+    stored_embedding,
+)
+
+__all__ = [
+    "TRACE_METADATA_KEYS",
+    "FetchedNodes",
+    "MemoryTextVectorCache",
+    "NeighborSource",
+    "OnError",
+    "SCARNodePostprocessor",
+    "ScarEmbedding",
+    "StoreNeighborSource",
+    "TextVectorCache",
+    "stored_embedding",
+]
