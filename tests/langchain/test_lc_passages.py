@@ -1,0 +1,181 @@
+"""Passages: stitched in document order with overlap removed; k counts passages."""
+
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.vectorstores import InMemoryVectorStore
+from langchain_text_splitters import RecursiveCharacterTextSplitter
+from lc_fakes import CountingEmbeddings, TableEmbeddings, chain_documents
+
+from scar_core.errors import InvalidSettingsError
+from scar_langchain import SCARRetriever, link_chunks
+
+
+class ConstantEmbeddings(CountingEmbeddings):
+    """Every text has the same vector: every neighbour continues its seed."""
+
+    def vector(self, text: str) -> list[float]:
+        return [1.0, 0.0]
+
+
+class CountingStore(InMemoryVectorStore):
+    """Records the sizes of the searches the retriever makes."""
+
+    def __init__(self, embedding: Any) -> None:
+        super().__init__(embedding)
+        self.search_sizes: list[int] = []
+
+    def similarity_search_by_vector(
+        self, embedding: list[float], k: int = 4, **kwargs: Any
+    ) -> list[Document]:
+        self.search_sizes.append(k)
+        return super().similarity_search_by_vector(embedding, k, **kwargs)
+
+
+TEXT = (
+    "The retransmission timer starts when a segment is sent. When it expires, the oldest "
+    "unacknowledged segment is sent again and the timeout doubles. Karn's rule keeps "
+    "retransmitted segments out of the round-trip estimate. The timer stops when every "
+    "outstanding segment is acknowledged. A new segment restarts it with the current value."
+)
+
+
+@pytest.mark.parametrize("overlap", [0, 20])
+def test_passages_reproduce_the_source_text_in_order(overlap: int) -> None:
+    splitter = RecursiveCharacterTextSplitter(
+        chunk_size=60, chunk_overlap=overlap, add_start_index=True
+    )
+    chunks = link_chunks(splitter.split_documents([Document(TEXT, metadata={"source": "rfc"})]))
+    assert len(chunks) >= 5
+    store = InMemoryVectorStore(ConstantEmbeddings())
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+
+    docs = SCARRetriever(vectorstore=store, k=1, window=2).invoke("timer")
+    [passage] = docs
+    ids = passage.metadata["scar_chunk_ids"]
+    positions = [c.metadata["scar_position"] for c in chunks if c.id in ids]
+    order = {c.id: c.metadata["scar_position"] for c in chunks}
+    assert [order[i] for i in ids] == sorted(positions)
+    assert len(ids) >= 3  # the seed plus neighbours on its sides
+    first = next(c for c in chunks if c.id == ids[0])
+    last = next(c for c in chunks if c.id == ids[-1])
+    start = first.metadata["start_index"]
+    end = last.metadata["start_index"] + len(last.page_content)
+    # Overlap is kept once: the passage is the source span (splitters drop the spaces between
+    # chunks, which assembly puts back as line breaks).
+    assert passage.page_content.split() == TEXT[start:end].split()
+    assert passage.metadata["start_index"] == start
+    assert passage.metadata["source"] == "rfc"
+    assert "scar_prev_id" not in passage.metadata
+
+
+def test_overlap_without_offsets_is_removed_by_matching_text() -> None:
+    texts = ["alpha beta gamma delta epsilon", "gamma delta epsilon zeta eta theta"]
+    chunks = link_chunks(chain_documents("doc", texts))
+    store = InMemoryVectorStore(ConstantEmbeddings())
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+    [passage] = SCARRetriever(vectorstore=store, k=1).invoke("q")
+    assert passage.page_content == "alpha beta gamma delta epsilon zeta eta theta"
+
+
+# Document "a": a0 a1 a2 a3 where a1 and a2 are the two best seeds and adjacent; documents "b"
+# and "c" hold the next best seeds.
+MERGING = {
+    "q": [1.0, 0.0, 0.0],
+    "a0": [0.0, 1.0, 0.0],
+    "a1": [0.99, 0.141, 0.0],
+    "a2": [0.98, 0.0, 0.199],
+    "a3": [0.0, 0.0, 1.0],
+    "b0": [0.7, 0.714, 0.0],
+    "b1": [0.0, 1.0, 0.0],
+    "c0": [0.6, 0.0, 0.8],
+}
+
+
+def _merging_store() -> tuple[CountingStore, dict[str, str]]:
+    chunks = link_chunks(
+        chain_documents("a", ["a0", "a1", "a2", "a3"])
+        + chain_documents("b", ["b0", "b1"])
+        + chain_documents("c", ["c0"])
+    )
+    store = CountingStore(TableEmbeddings(MERGING))
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+    return store, {c.page_content: c.id for c in chunks}
+
+
+def test_merged_seeds_make_one_passage_and_further_seeds_fill_k() -> None:
+    store, ids = _merging_store()
+    docs = SCARRetriever(vectorstore=store, k=2, fetch_k=2).invoke("q")
+    assert [d.page_content for d in docs] == ["a1\na2", "b0"]
+    assert docs[0].metadata["scar_chunk_ids"] == [ids["a1"], ids["a2"]]
+    assert [c["origin"] for c in docs[0].metadata["scar_chunks"]] == ["seed", "seed"]
+    assert [d.metadata["scar_seed_rank"] for d in docs] == [0, 2]
+    # The first search (2 seeds) gave one passage, so the pool grew.
+    assert store.search_sizes == [2, 4]
+
+
+def test_default_pool_is_twice_k_so_no_second_search_is_needed_here() -> None:
+    store, _ = _merging_store()
+    docs = SCARRetriever(vectorstore=store, k=2).invoke("q")
+    assert len(docs) == 2
+    assert store.search_sizes == [4]
+
+
+def test_fewer_passages_than_k_when_the_store_runs_out() -> None:
+    store, _ = _merging_store()
+    docs = SCARRetriever(vectorstore=store, k=10, gamma=0.1).invoke("q")
+    every = [cid for d in docs for cid in d.metadata["scar_chunk_ids"]]
+    assert len(every) == len(set(every)) == len(store.store)
+    assert len(docs) == 3  # one passage per document: everything merged
+
+
+def test_return_chunks_lists_chunks_in_document_order_grouped_by_passage() -> None:
+    store, ids = _merging_store()
+    docs = SCARRetriever(vectorstore=store, k=2, fetch_k=2, return_chunks=True).invoke("q")
+    assert [d.id for d in docs] == [ids["a1"], ids["a2"], ids["b0"]]
+    assert [d.metadata["scar_passage"] for d in docs] == [0, 0, 1]
+    assert [d.page_content for d in docs] == ["a1", "a2", "b0"]
+    assert all(d.metadata["scar_origin"] == "seed" for d in docs)
+    assert docs[0].metadata["scar_score"] == pytest.approx(0.99, abs=1e-3)
+
+
+def test_k_can_be_overridden_per_call() -> None:
+    store, _ = _merging_store()
+    retriever = SCARRetriever(vectorstore=store, k=1)
+    assert len(retriever.invoke("q")) == 1
+    assert len(retriever.invoke("q", k=3)) == 3
+    assert retriever.k == 1
+    with pytest.raises(InvalidSettingsError, match="k=0"):
+        retriever.invoke("q", k=0)
+
+
+def test_metadata_is_plain_json_and_the_store_is_not_modified() -> None:
+    import json
+
+    store, _ids = _merging_store()
+    before = {key: dict(value["metadata"]) for key, value in store.store.items()}
+    for return_chunks in (False, True):
+        docs = SCARRetriever(vectorstore=store, k=3, return_chunks=return_chunks).invoke("q")
+        json.dumps([d.metadata for d in docs])
+        for doc in docs:
+            assert doc.metadata["scar_score"] is not None
+    assert {key: value["metadata"] for key, value in store.store.items()} == before
+
+
+def test_token_budget_drops_neighbours_not_seeds() -> None:
+    chunks = link_chunks(chain_documents("doc", [f"w{i} " * 10 for i in range(5)]))
+    store = InMemoryVectorStore(ConstantEmbeddings())
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+    words = lambda text: len(text.split())  # noqa: E731
+    full = SCARRetriever(vectorstore=store, k=1, window=2).invoke("q")
+    assert sum(words(d.page_content) for d in full) > 25  # at least three chunks of 10 words
+    budget = SCARRetriever(
+        vectorstore=store, k=1, window=2, max_tokens=25, token_counter=words
+    ).invoke("q")
+    [passage] = budget
+    assert words(passage.page_content) <= 25
+    assert passage.metadata["scar_seed_id"] in passage.metadata["scar_chunk_ids"]
+    tiny = SCARRetriever(vectorstore=store, k=1, window=2, max_tokens=1, token_counter=words)
+    [seed_only] = tiny.invoke("q")
+    assert seed_only.metadata["scar_chunk_ids"] == [seed_only.metadata["scar_seed_id"]]
