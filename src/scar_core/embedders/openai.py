@@ -17,6 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -83,6 +84,14 @@ def backoff_delay(
     if retry_after is not None:
         delay = max(delay, min(retry_after, MAX_BACKOFF_SECONDS))
     return delay
+
+
+def _import_openai() -> ModuleType:
+    try:
+        import openai
+    except ImportError as exc:
+        raise missing_dependency("openai", "openai") from exc
+    return openai
 
 
 def _positive_int(name: str, value: object, upper: int | None = None) -> None:
@@ -240,14 +249,13 @@ class OpenAIEmbedder:
         return self._async_client
 
     def _build_client(self, *, asynchronous: bool) -> OpenAI | AsyncOpenAI:
-        try:
-            import openai
-        except ImportError as exc:
-            raise missing_dependency("openai", "openai") from exc
+        _import_openai()  # a missing package raises the error that names the extra
+        from openai import AsyncOpenAI, OpenAI, OpenAIError
+
         given = self._given_async_client if asynchronous else self._given_client
         if given is not None:
             return given.with_options(max_retries=0, timeout=self.timeout_seconds)
-        client_class = openai.AsyncOpenAI if asynchronous else openai.OpenAI
+        client_class = AsyncOpenAI if asynchronous else OpenAI
         try:
             return client_class(
                 api_key=self.__api_key,
@@ -255,7 +263,7 @@ class OpenAIEmbedder:
                 max_retries=0,
                 timeout=self.timeout_seconds,
             )
-        except openai.OpenAIError as exc:
+        except OpenAIError as exc:
             raise InvalidSettingsError(
                 "could not create the OpenAI client: no API key was given. Pass api_key=... or "
                 "set the OPENAI_API_KEY environment variable."
@@ -286,7 +294,7 @@ class OpenAIEmbedder:
         return as_float32_matrix([item.embedding for item in items], len(batch), "OpenAI")
 
     def _should_retry(self, error: BaseException, attempt: int) -> bool:
-        import openai
+        openai = _import_openai()
 
         if attempt >= self.max_retries:
             return False
@@ -314,9 +322,8 @@ class OpenAIEmbedder:
         )
 
     def _request(self, batch: list[str]) -> FloatMatrix:
-        import openai
-
         client = self._sync_client()
+        openai = _import_openai()
         attempt = 0
         while True:
             try:
@@ -340,9 +347,8 @@ class OpenAIEmbedder:
             return self._to_matrix(response, batch)
 
     async def _arequest(self, batch: list[str]) -> FloatMatrix:
-        import openai
-
         client = self._async_openai()
+        openai = _import_openai()
         attempt = 0
         while True:
             try:
