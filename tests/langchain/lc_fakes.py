@@ -7,6 +7,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
@@ -54,21 +55,26 @@ class TableEmbeddings(CountingEmbeddings):
 
 
 class HashingEmbeddings(CountingEmbeddings):
-    """A deterministic bag-of-words embedding: words hashed into ``dimension`` buckets."""
+    """A deterministic bag-of-words embedding: words hashed into ``dimension`` buckets.
 
-    def __init__(self, dimension: int = 64) -> None:
+    A small pseudo-random component seeded by the whole text breaks ties between texts that
+    share the same words, so rankings do not depend on a store's tie order.
+    """
+
+    def __init__(self, dimension: int = 64, jitter: float = 0.01) -> None:
         super().__init__()
         self.dimension = dimension
+        self.jitter = jitter
 
     def vector(self, text: str) -> list[float]:
-        values = [0.0] * self.dimension
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+        values = [
+            float(x) for x in self.jitter * np.random.default_rng(seed).random(self.dimension)
+        ]
         for word in _WORD.findall(text.lower()):
             digest = hashlib.sha256(word.encode()).digest()
             values[int.from_bytes(digest[:4], "big") % self.dimension] += 1.0
         norm = math.sqrt(sum(v * v for v in values))
-        if norm == 0:
-            values[0] = 1.0
-            return values
         return [v / norm for v in values]
 
 
