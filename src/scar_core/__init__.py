@@ -12,6 +12,13 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from scar_core.baselines import (
+    CrossEncoderReranker,
+    available_offline_cross_encoder,
+    parent_retrieval,
+    static_window,
+    top_k,
+)
 from scar_core.cache import CachedEmbedder, VectorCache
 from scar_core.embedders.base import Embedder
 from scar_core.embedders.openai import OpenAIEmbedder
@@ -51,6 +58,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree wi
 __all__ = [
     "CacheCorruptedError",
     "CachedEmbedder",
+    "CrossEncoderReranker",
     "DataFormatError",
     "Decision",
     "Embedder",
@@ -76,9 +84,13 @@ __all__ = [
     "VectorCache",
     "VectorLookup",
     "__version__",
+    "available_offline_cross_encoder",
     "chunk_id_for",
     "expand",
     "expand_batch",
     "expansion_scores",
     "link_sequence",
+    "parent_retrieval",
+    "static_window",
+    "top_k",
 ]
