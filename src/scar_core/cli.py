@@ -17,7 +17,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="scar", description="Semantic Continuity-Aware Retrieval tools."
     )
     parser.add_argument("--version", action="version", version=f"scar {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Each subcommand module adds itself and sets a ``handler(args) -> int`` default.
+    from scar_core.demo.command import register as register_demo
+
+    register_demo(subparsers)
     return parser
 
 
@@ -28,7 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    return 0
+    handler = getattr(args, "handler", None)
+    return int(handler(args)) if handler is not None else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
