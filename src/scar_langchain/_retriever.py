@@ -246,6 +246,7 @@ class SCARRetriever(BaseRetriever):
     _neighbors: NeighborSource = PrivateAttr()
     _vectors: NeighborVectorSource = PrivateAttr()
     _query_embeddings: Embeddings = PrivateAttr()
+    _count_tokens: TokenCounter | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         """Create the retriever; see the class docstring for the arguments.
@@ -288,15 +289,23 @@ class SCARRetriever(BaseRetriever):
                 "chunk under its id) or neighbor_source= to fetch neighbours from."
             )
         self._vectors = self.vector_source or default_vector_source(self.vectorstore, embeddings)
+        if self.max_tokens is not None:
+            # Resolved now so that a missing tokenizer fails at construction, not mid-query.
+            self._count_tokens = self.token_counter or tiktoken_counter()
 
     def _get_ls_params(self, **kwargs: Any) -> LangSmithRetrieverParams:
         """Return LangSmith's standard retriever parameters."""
         params = super()._get_ls_params(**kwargs)
         if self.vectorstore is not None:
             params["ls_vector_store_provider"] = type(self.vectorstore).__name__
-        params["ls_embedding_provider"] = type(self._query_embeddings).__name__
+        reported = self._query_embeddings
+        # A cache wrapper (CacheBackedEmbeddings) reports the model it wraps.
+        underlying = getattr(reported, "underlying_embeddings", None)
+        if isinstance(underlying, Embeddings):
+            reported = underlying
+        params["ls_embedding_provider"] = type(reported).__name__
         for attribute in ("model", "model_name"):
-            value = getattr(self._query_embeddings, attribute, None)
+            value = getattr(reported, attribute, None)
             if isinstance(value, str) and value:
                 params["ls_embedding_model"] = value
                 break
@@ -466,7 +475,7 @@ class SCARRetriever(BaseRetriever):
         result = selection.result
         passages = selection.passages
         if self.max_tokens is not None:
-            counter: TokenCounter = self.token_counter or tiktoken_counter()
+            counter = self._count_tokens or self.token_counter or tiktoken_counter()
             result = trim_to_token_budget(
                 result, selection.records, self.max_tokens, counter, selection.graph
             )
@@ -729,6 +738,12 @@ def _check_settings(data: Mapping[str, Any]) -> None:
     if on_error not in _ON_ERROR:
         raise InvalidSettingsError(
             f"on_error={on_error!r} is not valid; use 'raise' or 'return_seeds'."
+        )
+    search_kwargs = data.get("search_kwargs") or {}
+    if isinstance(search_kwargs, Mapping) and "k" in search_kwargs:
+        raise InvalidSettingsError(
+            "search_kwargs must not hold 'k': SCARRetriever sizes its searches itself; "
+            "set k= (passages returned) or fetch_k= (seeds in the first search) instead."
         )
     return_chunks = data.get("return_chunks", False)
     if not isinstance(return_chunks, bool):

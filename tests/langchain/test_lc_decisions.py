@@ -144,6 +144,7 @@ def corpora(draw: st.DrawFn) -> tuple[dict[str, list[float]], list[list[str]]]:
     window=st.integers(1, 2),
     gamma=st.floats(0.05, 1.0),
     lambda_=st.floats(0.0, 0.5),
+    extra_seeds=st.one_of(st.none(), st.integers(0, 2)),
 )
 def test_decisions_match_scar_core(
     corpus: tuple[dict[str, list[float]], list[list[str]]],
@@ -151,6 +152,7 @@ def test_decisions_match_scar_core(
     window: int,
     gamma: float,
     lambda_: float,
+    extra_seeds: int | None,
 ) -> None:
     table, documents = corpus
     embeddings = TableEmbeddings(table)
@@ -159,7 +161,13 @@ def test_decisions_match_scar_core(
     store = InMemoryVectorStore(embeddings)
     store.add_documents(chunks, ids=[c.id for c in chunks])
     retriever = SCARRetriever(
-        vectorstore=store, k=k, window=window, gamma=gamma, lambda_=lambda_, return_chunks=True
+        vectorstore=store,
+        k=k,
+        fetch_k=None if extra_seeds is None else k + extra_seeds,
+        window=window,
+        gamma=gamma,
+        lambda_=lambda_,
+        return_chunks=True,
     )
     out = retriever.invoke("query")
 

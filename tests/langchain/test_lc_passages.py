@@ -179,3 +179,26 @@ def test_token_budget_drops_neighbours_not_seeds() -> None:
     tiny = SCARRetriever(vectorstore=store, k=1, window=2, max_tokens=1, token_counter=words)
     [seed_only] = tiny.invoke("q")
     assert seed_only.metadata["scar_chunk_ids"] == [seed_only.metadata["scar_seed_id"]]
+
+
+def test_tiktoken_is_the_default_token_counter() -> None:
+    from scar_core.tokens import tiktoken_counter
+
+    chunks = link_chunks(chain_documents("doc", [f"w{i} " * 10 for i in range(5)]))
+    store = InMemoryVectorStore(ConstantEmbeddings())
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+    count = tiktoken_counter()
+    [passage] = SCARRetriever(vectorstore=store, k=1, window=2, max_tokens=40).invoke("q")
+    assert count(passage.page_content) <= 40
+    assert len(passage.metadata["scar_chunk_ids"]) >= 1
+
+
+def test_search_kwargs_reach_the_store() -> None:
+    store, ids = _merging_store()
+    only_b = {"filter": lambda doc: doc.metadata["source"] == "b"}
+    docs = SCARRetriever(vectorstore=store, k=3, search_kwargs=only_b).invoke("q")
+    seeds = {
+        c["chunk_id"] for d in docs for c in d.metadata["scar_chunks"] if c["origin"] == "seed"
+    }
+    assert seeds <= {ids["b0"], ids["b1"]}
+    assert seeds

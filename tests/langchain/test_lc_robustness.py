@@ -231,6 +231,7 @@ def test_embedding_failure_for_chunk_vectors() -> None:
         ({"fetch_k": 2, "k": 3}, "fetch_k=2 is smaller than k=3"),
         ({"on_error": "ignore"}, "on_error='ignore'"),
         ({"return_chunks": "yes"}, "return_chunks='yes'"),
+        ({"search_kwargs": {"k": 9}}, "search_kwargs must not hold 'k'"),
     ],
 )
 def test_bad_settings_are_rejected_at_construction(settings: dict[str, Any], message: str) -> None:

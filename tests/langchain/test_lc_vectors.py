@@ -84,6 +84,7 @@ def test_cache_backed_embeddings_embed_each_chunk_once() -> None:
         gamma=0.5,
         window=2,
     )
+    assert retriever._get_ls_params()["ls_embedding_provider"] == "HashingEmbeddings"
     first = [retriever.invoke(query) for query in QUERIES]
     embedded_once = [text for batch in model.document_calls for text in batch]
     assert embedded_once  # the first round had to embed seeds and neighbours
