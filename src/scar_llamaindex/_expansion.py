@@ -46,20 +46,32 @@ class ExpansionRun:
         self.seeds: dict[str, NodeWithScore] = {}
         for scored in nodes:
             self.seeds.setdefault(scored.node.node_id, scored)
-        self.known: dict[str, BaseNode] = {
-            node_id: scored.node for node_id, scored in self.seeds.items()
-        }
+        self.known: dict[str, BaseNode] = {}
         self.vectors: dict[str, npt.ArrayLike] = {}
-        for node_id, node in self.known.items():
-            embedding = stored_embedding(node)
-            if embedding is not None:
-                self.vectors[node_id] = embedding
+        # Links are read once per node, so a malformed link is reported once.
+        self._links_of: dict[str, tuple[str | None, str | None]] = {}
+        for node_id, scored_node in self.seeds.items():
+            self._know(node_id, scored_node.node)
         self.unavailable: set[str] = set()
         self._frontier: list[tuple[str, Step]] = [
             (node_id, step) for node_id in self.seeds for step in _steps_for(settings)
         ]
         self._targets: dict[tuple[str, Step], str] = {}
         self._hops_done = 0
+
+    def _know(self, node_id: str, node: BaseNode) -> None:
+        self.known[node_id] = node
+        self._links_of[node_id] = (
+            self.links.neighbor_id(node, "previous"),
+            self.links.neighbor_id(node, "next"),
+        )
+        embedding = stored_embedding(node)
+        if embedding is not None:
+            self.vectors.setdefault(node_id, embedding)
+
+    def _link(self, node_id: str, step: Step) -> str | None:
+        previous_id, next_id = self._links_of[node_id]
+        return previous_id if step == "previous" else next_id
 
     @property
     def seed_ids(self) -> list[str]:
@@ -75,7 +87,7 @@ class ExpansionRun:
         while self._hops_done < self.settings.window and self._frontier:
             self._targets = {}
             for node_id, step in self._frontier:
-                target = self.links.neighbor_id(self.known[node_id], step)
+                target = self._link(node_id, step)
                 if target is not None and target not in self.unavailable:
                     self._targets[(node_id, step)] = target
             node_ids = list(dict.fromkeys(t for t in self._targets.values() if t not in self.known))
@@ -99,7 +111,7 @@ class ExpansionRun:
                     node_id,
                 )
                 continue
-            self.known[node_id] = node
+            self._know(node_id, node)
         for node_id, vector in fetched.vectors.items():
             if node_id in self.known and node_id not in self.vectors:
                 self.vectors[node_id] = vector
@@ -126,8 +138,7 @@ class ExpansionRun:
         links: dict[str, tuple[str | None, str | None]] = {}
         documents: dict[str, str] = {}
         for node_id, node in self.known.items():
-            previous_id = self.links.neighbor_id(node, "previous")
-            next_id = self.links.neighbor_id(node, "next")
+            previous_id, next_id = self._links_of[node_id]
             links[node_id] = (
                 previous_id if previous_id in self.known else None,
                 next_id if next_id in self.known else None,

@@ -52,8 +52,8 @@ class MemoryTextVectorCache:
         return [found.get(key) for key in keys]
 
     def put_many(self, model: str, texts: Sequence[str], vectors: npt.ArrayLike) -> None:
-        """Store one vector per text; rows with NaN or infinite values are not kept."""
-        matrix = np.asarray(vectors, dtype=np.float64)
+        """Store one vector per text as float32; rows with NaN or infinite values are not kept."""
+        matrix = np.asarray(vectors, dtype=np.float32)
         self._vectors.update(
             (self._key(model, text), row)
             for text, row in zip(texts, matrix, strict=True)
@@ -91,7 +91,7 @@ def missing_texts(
 
 
 def spread(
-    misses: dict[str, list[str]], vectors: Sequence[Sequence[float]]
+    misses: dict[str, list[str]], vectors: npt.NDArray[np.float32]
 ) -> dict[str, npt.ArrayLike]:
     """Give each missed node the vector computed for its text."""
     result: dict[str, npt.ArrayLike] = {}

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 import numpy.typing as npt
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
@@ -431,8 +432,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 f"{type(model).__name__} returned {len(vectors)} vector(s) for {len(texts)} "
                 "text(s); expected one per text."
             )
-        self._vector_cache.put_many(key, texts, vectors)
-        return spread(misses, vectors)
+        # Caches keep float32; use float32 now too, so a cache hit later gives identical results.
+        matrix = np.asarray(vectors, dtype=np.float32)
+        self._vector_cache.put_many(key, texts, matrix)
+        return spread(misses, matrix)
 
 
 # -- helpers ----------------------------------------------------------------------------------
