@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal
+
+import numpy as np
 
 from scar_core.errors import InvalidSettingsError
 
@@ -47,6 +50,10 @@ class ScarSettings:
         validate_lambda(self.lambda_)
         validate_gamma(self.gamma)
         validate_window(self.window)
+        # Store plain Python numbers: a numpy float32 gamma would make thresholds float32.
+        object.__setattr__(self, "lambda_", float(self.lambda_))
+        object.__setattr__(self, "gamma", float(self.gamma))
+        object.__setattr__(self, "window", int(self.window))
         if self.direction not in _DIRECTIONS:
             raise InvalidSettingsError(
                 f"direction={self.direction!r} is not valid; use one of {', '.join(_DIRECTIONS)}."
@@ -59,7 +66,12 @@ class ScarSettings:
 
 
 def _is_real_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    # numbers.Real admits numpy scalars (np.float32, np.int64) as well as int and float.
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def validate_lambda(lambda_: float) -> None:
@@ -82,7 +94,7 @@ def validate_gamma(gamma: float) -> None:
 
 def validate_window(window: int) -> None:
     """Reject a window that is not an integer ``>= 1``."""
-    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+    if not _is_integer(window) or window < 1:
         raise InvalidSettingsError(
             f"window={window!r} is not valid; it must be an integer >= 1 "
             "(1 considers the adjacent chunks, 2 also the chunks two steps away)."
@@ -91,5 +103,5 @@ def validate_window(window: int) -> None:
 
 def validate_k(k: int, name: str = "k") -> None:
     """Reject a retrieval depth that is not an integer ``>= 1``."""
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+    if not _is_integer(k) or k < 1:
         raise InvalidSettingsError(f"{name}={k!r} is not valid; it must be an integer >= 1.")
