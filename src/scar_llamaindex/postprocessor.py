@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
@@ -282,10 +283,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         bundle = _require_query(query_bundle)
         run = self._start(nodes)
         try:
-            # The query embedding and the neighbour fetches are independent: overlap them.
-            query_vector, _ = await asyncio.gather(
-                self._aquery_vector(bundle), self._afetch_all(run)
-            )
+            query_vector = await self._aquery_vector_while_fetching(bundle, run)
             run.add_vectors(await self._aembed_nodes(run.nodes_without_vectors()))
         except (NeighborFetchError, EmbeddingError) as error:
             return self._fall_back(run, error)
@@ -354,6 +352,24 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             raise
         except Exception as error:
             raise _embedding_failed(model, "the query", error) from error
+
+    async def _aquery_vector_while_fetching(
+        self, bundle: QueryBundle, run: ExpansionRun
+    ) -> npt.ArrayLike:
+        """Embed the query and fetch the neighbours concurrently; they do not depend on each other.
+
+        If the fetch fails, the query embedding is cancelled, so nothing runs on after the call.
+        """
+        query_task = asyncio.ensure_future(self._aquery_vector(bundle))
+        try:
+            await self._afetch_all(run)
+        except BaseException:
+            query_task.cancel()
+            # The fetch error is the one to report; the query task's outcome is discarded.
+            with contextlib.suppress(BaseException):
+                await query_task
+            raise
+        return await query_task
 
     def _fetch(self, node_ids: list[str], vector_ids: list[str]) -> FetchedNodes:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from pathlib import Path
@@ -200,3 +201,20 @@ async def test_on_error_return_seeds_returns_every_seed_marked_unexpanded(
         assert item.node.metadata["scar_error"] == error_name
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "hunter2" not in caplog.text
+
+
+class SlowQueryEmbedding(TableEmbedding):
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        await asyncio.sleep(5)
+        return self._get_query_embedding(query)
+
+
+async def test_a_failed_async_fetch_leaves_no_query_embedding_running() -> None:
+    chain = linked_nodes(TEXTS, vectors=[unit(a) for a in ANGLES])
+    model = SlowQueryEmbedding({}, {QUERY: unit(0.0)})
+    scar = SCARNodePostprocessor(docstore=BrokenDocstore(), embed_model=model)
+    with pytest.raises(NeighborFetchError):
+        await scar.apostprocess_nodes(scored([chain[2]], [0.5]), QueryBundle(QUERY))
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    assert all(task.done() for task in others)
+    assert model.embedded_queries == []
