@@ -479,7 +479,9 @@ class SCARRetriever(BaseRetriever):
             result = trim_to_token_budget(
                 result, selection.records, self.max_tokens, counter, selection.graph
             )
-            passages = assemble_passages(result, selection.records, selection.graph)
+            passages = assemble_passages(result, selection.records, selection.graph)[
+                : len(selection.passages)
+            ]
         if self.return_chunks:
             return [
                 _chunk_document(pool.documents[chunk.chunk_id], chunk_record(chunk), index)

@@ -1,5 +1,6 @@
 """Passages: stitched in document order with overlap removed; k counts passages."""
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -25,6 +26,11 @@ class CountingStore(InMemoryVectorStore):
     def __init__(self, embedding: Any) -> None:
         super().__init__(embedding)
         self.search_sizes: list[int] = []
+        self.lookups: list[list[str]] = []
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        self.lookups.append(list(ids))
+        return super().get_by_ids(ids)
 
     def similarity_search_by_vector(
         self, embedding: list[float], k: int = 4, **kwargs: Any
@@ -202,3 +208,36 @@ def test_search_kwargs_reach_the_store() -> None:
     }
     assert seeds <= {ids["b0"], ids["b1"]}
     assert seeds
+
+
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_neighbours_are_fetched_in_one_batch_per_step(window: int) -> None:
+    chunks = link_chunks(
+        [doc for d in range(4) for doc in chain_documents(f"d{d}", [f"{d}-{i}" for i in range(8)])]
+    )
+    store = CountingStore(ConstantEmbeddings())
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+    SCARRetriever(vectorstore=store, k=3, window=window).invoke("q")
+    # Every neighbour of every seed is accepted here, so seeds merge and the pool may grow:
+    # at most one lookup per step for each search, and no id is ever asked for twice.
+    assert 1 <= len(store.lookups) <= window * len(store.search_sizes)
+    requested = [cid for batch in store.lookups for cid in batch]
+    assert len(requested) == len(set(requested))
+
+
+@pytest.mark.parametrize("window", [1, 2])
+def test_one_search_and_one_lookup_per_step_when_seeds_do_not_merge(window: int) -> None:
+    table = {"q": [1.0, 0.0]}
+    texts = {}
+    for d in range(4):
+        # Position 2 of every document is a strong seed; everything else is orthogonal.
+        texts[d] = [f"{d}-{i}" for i in range(6)]
+        for i, text in enumerate(texts[d]):
+            table[text] = [1.0, 0.1 * d] if i == 2 else [0.0, 1.0]
+    chunks = link_chunks([doc for d in range(4) for doc in chain_documents(f"d{d}", texts[d])])
+    store = CountingStore(TableEmbeddings(table))
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+    docs = SCARRetriever(vectorstore=store, k=3, fetch_k=3, window=window).invoke("q")
+    assert [d.page_content for d in docs] == ["0-2", "1-2", "2-2"]
+    assert store.search_sizes == [3]
+    assert len(store.lookups) == window
