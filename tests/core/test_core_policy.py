@@ -7,6 +7,7 @@ The vectors use 3-4-5 triangles so that every cosine is an exact ratio: with ``q
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import pytest
@@ -82,6 +83,20 @@ def test_a_weak_seed_gets_a_lower_bar() -> None:
     result = expand(Q, ["strong", "weak"], links, vectors, lambda_=0.0, gamma=0.8)
     # cos(q, n) = 0.6 for both neighbours: above 0.8 * 0.6 (weak seed), below 0.8 * 1 (strong).
     assert result.chunk_ids == ["strong", "weak", "n1"]
+
+
+def test_with_a_negative_seed_relevance_a_lower_gamma_raises_the_bar() -> None:
+    # The paper's rule as written: threshold = gamma * cos(q, c). For cos(q, c) < 0 a smaller
+    # gamma gives a *higher* threshold, so "lower gamma expands more" holds only for seeds with
+    # non-negative relevance (every practical retrieval result). Pinned here so it stays known.
+    q = np.array([1.0, 0.0])
+    vectors = {
+        "c": [-3.0, 4.0],
+        "n": [-1.0, math.sqrt(15.0)],
+    }  # cos(q, c) = -0.6, cos(q, n) = -0.25
+    links = line("c", "n")
+    assert expand(q, ["c"], links, vectors, lambda_=0.0, gamma=0.8).chunk_ids == ["c", "n"]
+    assert expand(q, ["c"], links, vectors, lambda_=0.0, gamma=0.2).chunk_ids == ["c"]
 
 
 # -- edges, windows and directions ----------------------------------------------------------------
