@@ -19,6 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"scar {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     # Each subcommand module adds itself and sets a ``handler(args) -> int`` default.
+    from scar_core.eval.command import register as register_eval
+
+    register_eval(subparsers)
     from scar_core.demo.command import register as register_demo
 
     register_demo(subparsers)
