@@ -11,6 +11,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, MetadataMode
 
 from scar_core.vectors import InMemoryVectors
+from scar_llamaindex.embedding import ScarEmbedding
 
 __all__ = ["TextVectorCache", "cache_model_key", "embed_text_of"]
 
@@ -65,7 +66,14 @@ class MemoryTextVectorCache:
 
 
 def cache_model_key(embed_model: BaseEmbedding) -> str:
-    """Return the cache key of an embed model's vectors: its class and model name."""
+    """Return the cache key of an embed model's document vectors.
+
+    A :class:`~scar_llamaindex.ScarEmbedding` uses its scar_core embedder's name, the key
+    :class:`scar_core.cache.CachedEmbedder` uses, so one :class:`scar_core.cache.VectorCache` can
+    serve both. Any other model is keyed by its LlamaIndex class and model name.
+    """
+    if isinstance(embed_model, ScarEmbedding):
+        return embed_model.embedder.model_name
     return f"llamaindex/{embed_model.class_name()}/{embed_model.model_name}"
 
 

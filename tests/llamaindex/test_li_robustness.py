@@ -128,3 +128,27 @@ async def test_scar_embedding_wraps_a_scar_core_embedder() -> None:
     assert await model.aget_text_embedding("cab") == [1.0, 1.0, 1.0]
     with pytest.raises(InvalidTextError):
         model.get_query_embedding("  ")
+
+
+def test_scar_embedding_defaults_to_the_bundled_minilm_without_loading_it() -> None:
+    pytest.importorskip("sentence_transformers")
+    model = ScarEmbedding()
+    assert "all-MiniLM-L6-v2" in model.model_name
+    assert model.embedder._model is None  # loaded on first use only
+
+
+def test_one_vector_cache_serves_scar_core_and_the_postprocessor(tmp_path) -> None:
+    from scar_core.cache import CachedEmbedder, VectorCache
+
+    chain = linked_nodes(["ab", "abc", "c"])
+    with VectorCache(tmp_path / "shared.sqlite") as cache:
+        CachedEmbedder(FakeEmbedder(), cache).embed_documents(["ab", "abc", "c"])
+        fresh = FakeEmbedder()
+        scar = SCARNodePostprocessor(
+            docstore=docstore_of(chain), embed_model=ScarEmbedding(fresh), vector_cache=cache
+        )
+        output = scar.postprocess_nodes(
+            scored([chain[1]], [0.5]), QueryBundle("abc", embedding=[1, 1, 1])
+        )
+    assert fresh.document_batches == []
+    assert "n1" in [item.node.node_id for item in output]
