@@ -169,6 +169,25 @@ def assemble_passages(
     return passages
 
 
+def _droppable(passage: Passage) -> list[SelectedChunk]:
+    """Neighbours whose removal leaves no chunk cut off from every seed.
+
+    These are the neighbours at either end of the passage, and those lying between two seeds
+    (dropping one of those splits the passage in two, each part still holding a seed).
+    """
+    chunks = passage.chunks
+    seed_positions = [i for i, chunk in enumerate(chunks) if chunk.origin == "seed"]
+    return [
+        chunk
+        for i, chunk in enumerate(chunks)
+        if chunk.origin == "neighbor"
+        and (
+            i in (0, len(chunks) - 1)
+            or (seed_positions and seed_positions[0] < i < seed_positions[-1])
+        )
+    ]
+
+
 def trim_to_token_budget(
     result: ExpansionResult,
     records: Mapping[str, ChunkRecord],
@@ -176,10 +195,11 @@ def trim_to_token_budget(
     count_tokens: TokenCounter,
     graph: NeighborGraph | None = None,
 ) -> ExpansionResult:
-    """Drop the lowest-scoring neighbours at passage ends until the context fits ``max_tokens``.
+    """Drop the lowest-scoring neighbours until the context fits ``max_tokens``.
 
-    Only a neighbour at either end of its passage is dropped, so no passage gets a hole. Seeds are
-    never dropped: if the seeds alone exceed the budget, the seeds are returned.
+    Only a neighbour at either end of its passage, or one lying between two seeds of the same
+    passage, is dropped, so no neighbour is ever left cut off from its seeds. Seeds are never
+    dropped: if the seeds alone exceed the budget, the seeds are returned.
 
     Args:
         result: What the policy selected.
@@ -200,18 +220,10 @@ def trim_to_token_budget(
         passages = assemble_passages(current, records, graph)
         if sum(count_tokens(passage.text) for passage in passages) <= max_tokens:
             return current
-        ends = [
-            chunk
-            for passage in passages
-            for chunk in {
-                passage.chunks[0].chunk_id: passage.chunks[0],
-                passage.chunks[-1].chunk_id: passage.chunks[-1],
-            }.values()
-            if chunk.origin == "neighbor"
-        ]
-        if not ends:
+        droppable = [chunk for passage in passages for chunk in _droppable(passage)]
+        if not droppable:
             return current
-        weakest = min(ends, key=lambda chunk: (chunk.score, -chunk.seed_rank))
+        weakest = min(droppable, key=lambda chunk: (chunk.score, -chunk.seed_rank))
         current = dataclasses.replace(
             current,
             selected=tuple(c for c in current.selected if c.chunk_id != weakest.chunk_id),
