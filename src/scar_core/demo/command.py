@@ -95,9 +95,16 @@ def run_demo_command(args: argparse.Namespace) -> int:
     Errors the user can fix (bad settings, a missing extra) are printed on stderr without a
     traceback, with exit status 2.
     """
-    # The bundled model is a local folder; never let a library reach for the Hub.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # The bundled model is a local folder; never let a library reach for the Hub. Keep the
+    # libraries' own loading bars and load reports out of the demo's output (set these variables
+    # yourself to see them).
+    for variable, value in (
+        ("HF_HUB_OFFLINE", "1"),
+        ("TRANSFORMERS_OFFLINE", "1"),
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+        ("TRANSFORMERS_VERBOSITY", "error"),
+    ):
+        os.environ.setdefault(variable, value)
     from scar_core.demo.report import format_report
     from scar_core.demo.runner import DemoSettings, run_demo
     from scar_core.errors import ScarError

@@ -458,18 +458,28 @@ def _embed(
     chunk_texts: Sequence[str],
     queries: Sequence[str],
     progress: bool,
+    status: Callable[[str], None] | None,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Embed chunks (in batches) and queries, returning unit-length rows."""
+    """Embed queries and chunks (in batches), returning unit-length rows.
+
+    The first query is embedded before the progress bar starts, so that loading the model (the
+    slow part of a cold start) is announced rather than counted as embedding.
+    """
+    if status is not None:
+        status(f"loading {embedder.model_name}")
+    query_rows = [embedder.embed_query(queries[0])]
+    if status is not None:
+        status(f"embedding {len(chunk_texts)} chunks and {len(queries)} questions")
     batches: list[npt.NDArray[np.float32]] = []
-    query_rows: list[npt.NDArray[np.float32]] = []
     with _progress_bar(len(chunk_texts) + len(queries), "embedding", progress) as bar:
+        bar.update(1)
+        for query in queries[1:]:
+            query_rows.append(embedder.embed_query(query))
+            bar.update(1)
         for start in range(0, len(chunk_texts), EMBED_BATCH):
             batch = chunk_texts[start : start + EMBED_BATCH]
             batches.append(embedder.embed_documents(batch))
             bar.update(len(batch))
-        for query in queries:
-            query_rows.append(embedder.embed_query(query))
-            bar.update(1)
     return as_unit_matrix(np.concatenate(batches)), as_unit_matrix(np.stack(query_rows))
 
 
@@ -535,21 +545,19 @@ def run_demo(
         DataFormatError: If the sample is malformed.
     """
     sample = sample or load_sample()
+    if not sample.questions:
+        raise DataFormatError("the sample has no questions; give at least one.")
     counter = count_tokens or tiktoken_counter()
     chunked = split_documents(sample.documents, settings.chunk_size)
     if embedder is None:
         embedder = default_embedder()
     all_chunks = [chunk for chunks in chunked.values() for chunk in chunks]
-    if status is not None:
-        status(
-            f"embedding {len(all_chunks)} chunks and {len(sample.questions)} questions with "
-            f"{embedder.model_name}"
-        )
     chunk_matrix, query_matrix = _embed(
         embedder,
         [chunk.text for chunk in all_chunks],
         [question.query for question in sample.questions],
         progress,
+        status,
     )
     vectors = {chunk.chunk_id: chunk_matrix[row] for row, chunk in enumerate(all_chunks)}
     linked = [
