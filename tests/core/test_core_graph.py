@@ -1,0 +1,54 @@
+"""Chunk ids and the neighbour graph."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from scar_core import NeighborGraph, chunk_id_for, link_sequence
+from scar_core.errors import LinkError
+
+
+def test_chunk_ids_are_stable_uuids_that_differ_by_document_and_position() -> None:
+    first = chunk_id_for("rfc9293.txt", 3)
+    assert first == chunk_id_for("rfc9293.txt", 3)
+    assert uuid.UUID(first).version == 5
+    assert len({first, chunk_id_for("rfc9293.txt", 4), chunk_id_for("gdpr.txt", 3)}) == 3
+
+
+@pytest.mark.parametrize(("document", "position"), [("", 0), ("doc", -1), ("doc", True)])
+def test_chunk_id_arguments_are_validated(document: str, position: int) -> None:
+    with pytest.raises(LinkError):
+        chunk_id_for(document, position)
+
+
+def test_link_sequence_links_each_chunk_to_its_neighbours() -> None:
+    chunks = link_sequence("doc", 3)
+    assert [c.position for c in chunks] == [0, 1, 2]
+    assert chunks[0].previous_id is None
+    assert chunks[0].next_id == chunks[1].chunk_id
+    assert chunks[2].previous_id == chunks[1].chunk_id
+    assert chunks[2].next_id is None
+    assert link_sequence("doc", 0) == []
+    graph = NeighborGraph.from_linked_chunks([*chunks, *link_sequence("other", 2)])
+    assert graph.walk(chunks[0].chunk_id, "next", 5) == [chunks[1].chunk_id, chunks[2].chunk_id]
+    assert graph.document_of(chunks[1].chunk_id) == "doc"
+
+
+def test_from_sequences_refuses_a_chunk_id_used_twice() -> None:
+    with pytest.raises(LinkError, match="'x' appears twice"):
+        NeighborGraph.from_sequences({"a": ["x", "y"], "b": ["x"]})
+
+
+def test_malformed_link_pairs_are_refused_with_the_chunk_named() -> None:
+    with pytest.raises(LinkError, match="chunk 'a'"):
+        NeighborGraph({"a": ("b",)})  # type: ignore[dict-item]
+
+
+def test_bad_targets_are_dropped_not_followed() -> None:
+    graph = NeighborGraph({"a": ("a", ""), "b": (None, 7)})  # type: ignore[dict-item]
+    assert graph.step("a", "previous") is None
+    assert graph.step("a", "next") is None
+    assert graph.step("b", "next") is None
+    assert graph.step("unknown", "next") is None
