@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -196,3 +197,23 @@ def test_report_fits_100_columns_and_shows_every_decision(run) -> None:
     n_decisions = sum(len(q.decisions) for q in result.questions)
     assert report.count(" accepted") + report.count(" refused") == n_decisions
     assert "Summary" in report
+
+
+def test_progress_goes_to_stderr_and_is_silently_absent_without_tqdm(
+    capsys, monkeypatch, hashing_embedder
+) -> None:
+    pytest.importorskip("tqdm")
+    with_bar = run_demo(embedder=hashing_embedder, count_tokens=whitespace_counter, progress=True)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "embedding" in captured.err
+    assert "101/101" in captured.err  # 86 chunks + 15 questions at the default chunk size
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # `import tqdm` now raises ImportError
+    without_bar = run_demo(
+        embedder=hashing_embedder, count_tokens=whitespace_counter, progress=True
+    )
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == ""
+    assert without_bar.as_dict() == with_bar.as_dict()
