@@ -7,8 +7,8 @@ For per-query differences ``d_i = reference_i - baseline_i`` (``i = 1..n``):
   being the mean of ``n`` differences drawn with replacement (whole queries are resampled, so the
   pairing is kept);
 * **p-value** (two-sided, against "no difference"): the bootstrap distribution is shifted to mean 0
-  and ``p = (1 + #{b : |mean*_b - mean(d)| >= |mean(d)|}) / (B + 1)``. With ``B = 10,000`` the
-  smallest reportable p is about ``1e-4``;
+  and ``p = (1 + #{b : |mean*_b - mean(d)| >= |mean(d)|}) / (B + 1)``, ties within rounding
+  counted. With ``B = 10,000`` the smallest reportable p is about ``1e-4``;
 * **Cohen's d for paired samples** (``d_z``): ``mean(d) / sd(d)`` with the sample standard
   deviation (``ddof = 1``); undefined (``None``) when ``n < 2`` or every difference is equal.
 
@@ -38,6 +38,9 @@ __all__ = [
 
 #: The paper's number of bootstrap resamples.
 DEFAULT_RESAMPLES = 10_000
+
+#: Relative tolerance below which a resample's distance from the mean counts as a tie.
+_TIE_TOLERANCE = 1e-12
 
 #: Upper bound on the number of drawn indices held in memory at once.
 _BLOCK_ELEMENTS = 1 << 22
@@ -177,7 +180,10 @@ def paired_bootstrap_many(
         observed = float(differences[row].mean())
         boot = means[row]
         low, high = np.quantile(boot, [tail, 1 - tail])
-        extreme = int(np.count_nonzero(np.abs(boot - observed) >= abs(observed)))
+        # A resample exactly as far from the mean as 0 is, counts as extreme; the tolerance keeps
+        # such a tie from being decided by rounding.
+        tolerance = _TIE_TOLERANCE * max(1.0, float(np.abs(differences[row]).max()))
+        extreme = int(np.count_nonzero(np.abs(boot - observed) >= abs(observed) - tolerance))
         results[name] = PairedComparison(
             n=int(differences.shape[1]),
             reference_mean=float(reference_values.mean()),
