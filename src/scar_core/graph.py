@@ -120,7 +120,7 @@ class NeighborGraph:
     ) -> None:
         self._links: dict[str, tuple[str | None, str | None]] = {}
         for chunk_id, pair in links.items():
-            if not isinstance(pair, tuple) or len(pair) != 2:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise LinkError(
                     f"the links of chunk {chunk_id!r} are {pair!r}; expected a pair "
                     "(previous id or None, next id or None)."

@@ -54,7 +54,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Origin = Literal["seed", "neighbor"]
-SkipReason = Literal["missing_vector", "invalid_vector"]
+SkipReason = Literal["missing_vector", "invalid_vector", "over_budget"]
 Links = Mapping[str, tuple[str | None, str | None]]
 
 
@@ -337,7 +337,7 @@ def _check_query_matrix(queries: npt.ArrayLike) -> npt.NDArray[np.float64]:
     return np.asarray(matrix / norms[:, None], dtype=np.float64)
 
 
-def _vector_problem(vector: npt.ArrayLike, dimension: int) -> str | None:
+def vector_problem(vector: npt.ArrayLike, dimension: int) -> str | None:
     """Return why a vector is unusable, or ``None`` when it is fine."""
     try:
         array = np.asarray(vector, dtype=np.float64)
@@ -402,7 +402,7 @@ def _expand_batch(
     for chunk_id in needed:
         if chunk_id not in found:
             continue
-        problem = _vector_problem(found[chunk_id], dimension)
+        problem = vector_problem(found[chunk_id], dimension)
         if problem is not None:
             problems[chunk_id] = problem
             continue
