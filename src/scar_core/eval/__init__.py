@@ -53,7 +53,13 @@ from scar_core.eval.metrics import (
     evidence_character_recall,
     summarize,
 )
-from scar_core.eval.report import plot_pareto, render_markdown, write_outputs
+from scar_core.eval.report import (
+    plot_pareto,
+    render_bootstrap,
+    render_markdown,
+    render_method_tables,
+    write_outputs,
+)
 from scar_core.eval.retrieval import default_cache_path, embedder_for, rank_in_scope
 from scar_core.eval.runner import (
     DEFAULT_METHODS,
@@ -111,7 +117,9 @@ __all__ = [
     "recursive_character_splitter",
     "register_method",
     "register_method_pattern",
+    "render_bootstrap",
     "render_markdown",
+    "render_method_tables",
     "run_evaluation",
     "score_results",
     "summarize",

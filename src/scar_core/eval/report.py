@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from scar_core.errors import missing_dependency
 from scar_core.eval.runner import GROUPS, EvalResults
 
-__all__ = ["plot_pareto", "render_markdown", "write_outputs"]
+__all__ = [
+    "plot_pareto",
+    "render_bootstrap",
+    "render_markdown",
+    "render_method_tables",
+    "write_outputs",
+]
 
 _GROUP_TITLES = {
     "fragmented": "Fragmented queries",
@@ -66,6 +72,36 @@ def _bootstrap_table(reference: str, comparisons: Mapping[str, Any]) -> list[str
     return lines
 
 
+def render_method_tables(payload: Mapping[str, Any], groups: Sequence[str] = GROUPS) -> str:
+    """Render one Markdown table of every method's means per group of ``results.json`` content."""
+    lines: list[str] = []
+    for group in groups:
+        data = payload["groups"][group]
+        lines += [f"## {_GROUP_TITLES[group]} (n = {data['n']})", ""]
+        lines += [*_method_table(data["methods"]), ""]
+    return "\n".join(lines)
+
+
+def render_bootstrap(payload: Mapping[str, Any], groups: Sequence[str] = GROUPS) -> str:
+    """Render the paired-bootstrap tables of ``results.json`` content (empty when there are none)."""
+    bootstrap = payload.get("bootstrap")
+    if not bootstrap:
+        return ""
+    lines = [
+        f"## Paired bootstrap ({bootstrap['reference']} against each method)",
+        "",
+        f"B = {bootstrap['n_resamples']} resamples of queries, seed {bootstrap['seed']}; "
+        f"95% percentile intervals; p {bootstrap['p_value']}; d is {bootstrap['cohens_d']}.",
+        "",
+    ]
+    for group in groups:
+        comparisons = bootstrap["groups"].get(group)
+        if comparisons:
+            lines += [f"### {_GROUP_TITLES[group]}", ""]
+            lines += [*_bootstrap_table(bootstrap["reference"], comparisons), ""]
+    return "\n".join(lines)
+
+
 def render_markdown(payload: Mapping[str, Any]) -> str:
     """Render ``results.json`` content as a Markdown report (tables and the bootstrap)."""
     config = payload["config"]
@@ -83,28 +119,13 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
         f"tokens: {config['token_counting']}",
         "",
     ]
-    for group in GROUPS:
-        data = payload["groups"][group]
-        lines += [f"## {_GROUP_TITLES[group]} (n = {data['n']})", ""]
-        lines += [*_method_table(data["methods"]), ""]
+    lines.append(render_method_tables(payload))
     if payload.get("skipped"):
         lines += ["## Skipped", ""]
         lines += [f"- `{name}`: {why}" for name, why in payload["skipped"].items()]
         lines.append("")
-    bootstrap = payload.get("bootstrap")
-    if bootstrap:
-        lines += [
-            f"## Paired bootstrap ({bootstrap['reference']} against each method)",
-            "",
-            f"B = {bootstrap['n_resamples']} resamples of queries, seed {bootstrap['seed']}; "
-            f"95% percentile intervals; p {bootstrap['p_value']}; d is {bootstrap['cohens_d']}.",
-            "",
-        ]
-        for group in GROUPS:
-            comparisons = bootstrap["groups"].get(group)
-            if comparisons:
-                lines += [f"### {_GROUP_TITLES[group]}", ""]
-                lines += [*_bootstrap_table(bootstrap["reference"], comparisons), ""]
+    if payload.get("bootstrap"):
+        lines.append(render_bootstrap(payload))
     if payload.get("sweep"):
         lines += [
             "## Recall against chunks",
