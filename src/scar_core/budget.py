@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scar_core.errors import InvalidSettingsError, InvalidVectorError, MissingVectorError
-from scar_core.graph import NeighborGraph, Step
+from scar_core.graph import LinkLookup, NeighborGraph, Step
 from scar_core.policy import (
     Decision,
     ExpansionResult,
@@ -42,7 +42,6 @@ from scar_core.policy import (
     SelectedChunk,
     SkippedNeighbor,
     SkipReason,
-    as_graph,
     vector_problem,
 )
 from scar_core.settings import DEFAULT_LAMBDA, Direction, validate_lambda
@@ -137,7 +136,7 @@ class _Bid:
 def select_within_budget(
     query: npt.ArrayLike,
     ranked_ids: Sequence[str],
-    neighbors: Links | NeighborGraph,
+    neighbors: Links | LinkLookup,
     vectors: VectorSource,
     settings: BudgetSettings,
     *,
@@ -149,9 +148,10 @@ def select_within_budget(
         query: The query embedding (1-D, any scale).
         ranked_ids: Retrieved chunk ids, best first. Provide at least ``max_chunks`` of them when
             you can, so that further retrieved chunks can compete with expansion.
-        neighbors: ``id -> (previous, next)`` links or a :class:`NeighborGraph`.
-        vectors: ``id -> vector`` or a :class:`~scar_core.vectors.VectorLookup`; neighbour vectors
-            are fetched in one batch per round of growth.
+        neighbors: ``id -> (previous, next)`` links, a :class:`NeighborGraph`, or any
+            :class:`~scar_core.graph.LinkLookup` (which may fetch links lazily from a store).
+        vectors: ``id -> vector`` or a :class:`~scar_core.vectors.VectorLookup`; the vectors of a
+            newly selected chunk's neighbours are fetched in one batch.
         settings: The budget and the bonus.
         token_counts: Tokens of each chunk, needed with ``settings.max_tokens``.
 
@@ -177,7 +177,7 @@ def select_within_budget(
     if query_norm == 0:
         raise InvalidVectorError("the query vector is zero; check that the query is not empty.")
     query_unit = query_vector / query_norm
-    graph = as_graph(neighbors)
+    graph = neighbors if isinstance(neighbors, LinkLookup) else NeighborGraph(neighbors)
     steps = _DIRECTIONS[settings.direction]
     ranked = list(dict.fromkeys(ranked_ids))
     dimension = query_unit.shape[0]

@@ -12,12 +12,13 @@ import logging
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 from scar_core.errors import LinkError
 
 __all__ = [
     "CHUNK_ID_NAMESPACE",
+    "LinkLookup",
     "LinkedChunk",
     "NeighborGraph",
     "Step",
@@ -31,6 +32,19 @@ Step = Literal["previous", "next"]
 
 #: Namespace of the UUID-5 chunk ids made by :func:`chunk_id_for`.
 CHUNK_ID_NAMESPACE = uuid.UUID("6f1c4c1e-5d0a-4d8e-9a57-2f0b1c7e9a11")
+
+
+@runtime_checkable
+class LinkLookup(Protocol):
+    """Anything that answers "which chunk is one step from this one?".
+
+    :class:`NeighborGraph` is the in-memory implementation. An adapter may implement it lazily,
+    fetching links from a store on demand, for budgeted selection (:mod:`scar_core.budget`).
+    """
+
+    def step(self, chunk_id: str, direction: Step) -> str | None:
+        """Return the chunk one step from ``chunk_id`` in ``direction``, or ``None``."""
+        ...
 
 
 def chunk_id_for(document_id: str, position: int) -> str:
