@@ -209,3 +209,12 @@ def test_eval_on_paper4_dev(
     assert (out / "report.md").is_file()
     assert (out / "pareto.png").is_file()
     print(f"paper4_dev eval took {elapsed:.1f} s (embedding included on a cold cache)")
+
+
+def test_malformed_curve_is_refused(
+    fixtures_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["eval", str(fixtures_dir / "legalbench/benchmark.json")]
+    rest = ["--corpus", str(fixtures_dir / "legalbench/corpus"), "--no-cache"]
+    assert main([*base, *rest, "--curve", "no-equals-sign", "--out", str(tmp_path)]) == 2
+    assert "write LABEL=NAME,NAME" in capsys.readouterr().err

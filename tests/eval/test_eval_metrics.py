@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scar_core.errors import InvalidSettingsError
 from scar_core.eval import (
     EvalConfig,
     EvalResults,
@@ -213,3 +214,49 @@ def test_results_json_shape(hand_case) -> None:
         "efficiency": 0.5,
         "tokens": 10.0,
     }
+
+
+def test_hand_case_sweep_points(hand_case) -> None:
+    # Built-in curves at k = 1, plus a custom curve of top1 and top2.
+    # top-k curve, k = 3 -> the top3 row above: recall 1, chunks 3 (all queries).
+    # static curve w = 0 is topk: recall 0.75, chunks 1; w = 1 is static1: 1, 2.5.
+    # SCAR ±1 λ 0.1 at γ 0.8 is scar1: recall 1, chunks 1.5.
+    # custom top2: q0 {b, c} recall 1, q1 {d, c} recall 1 -> 1.0 at 2 chunks; value 2 from the name.
+    config = EvalConfig(
+        k=1,
+        methods=("topk",),
+        n_resamples=10,
+        sweep_depths=(1, 3),
+        sweep_windows=(1,),
+        sweep_gammas=(0.8,),
+        sweep_lambdas=(0.1,),
+        sweep_curves=(("tops", ("top1", "top2")),),
+    )
+    results = run_evaluation(
+        hand_case.benchmark,
+        hand_case.embedder,
+        config,
+        count_tokens=len,
+        splitter=hand_case.splitter,
+        show_progress=False,
+    )
+    assert results.sweep is not None
+    curves = {curve["label"]: curve for curve in results.sweep}
+
+    def point(label: str, index: int) -> tuple[float, float, float]:
+        entry = curves[label]["points"][index]
+        return entry["value"], entry["groups"]["all"]["recall"], entry["groups"]["all"]["chunks"]
+
+    assert point("top-k", 1) == (3.0, 1.0, 3.0)
+    assert point("static ±w (k=1)", 0) == (0.0, 0.75, 1.0)
+    assert point("static ±w (k=1)", 1) == (1.0, 1.0, 2.5)
+    assert point("SCAR ±1, λ=0.1", 0) == (0.8, 1.0, 1.5)
+    assert point("tops", 1) == (2.0, 1.0, 2.0)
+    assert curves["tops"]["family"] == "custom"
+
+
+def test_unknown_sweep_curve_method_fails_before_embedding(hand_case) -> None:
+    config = EvalConfig(methods=("topk",), sweep_curves=(("bad", ("nope",)),))
+    with pytest.raises(InvalidSettingsError, match="method 'nope' is not known"):
+        run_evaluation(hand_case.benchmark, hand_case.embedder, config, show_progress=False)
+    assert hand_case.embedder.calls == 0

@@ -97,6 +97,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--no-sweep", action="store_true", help="skip the γ/λ/k/w sweep")
+    parser.add_argument(
+        "--curve",
+        action="append",
+        default=[],
+        metavar="LABEL=NAME,NAME,...",
+        help="add a curve of methods to the sweep and plot, e.g. 'matched=top6,top8,top10' "
+        "(repeatable)",
+    )
     parser.add_argument("--no-plot", action="store_true", help="do not draw pareto.png")
     parser.add_argument(
         "--no-progress", action="store_true", help="hide the progress bars (they go to stderr)"
@@ -143,6 +151,18 @@ def run_eval_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_curve(text: str) -> tuple[str, tuple[str, ...]]:
+    from scar_core.errors import InvalidSettingsError
+
+    label, _, names = text.partition("=")
+    methods = tuple(name.strip() for name in names.split(",") if name.strip())
+    if not label.strip() or not methods:
+        raise InvalidSettingsError(
+            f"--curve {text!r} is not valid; write LABEL=NAME,NAME,... e.g. 'top=top6,top8'."
+        )
+    return label.strip(), methods
+
+
 def _run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Path]]:
     from scar_core.errors import DataFormatError
     from scar_core.eval.data import load_benchmark, load_sample_benchmark
@@ -176,6 +196,7 @@ def _run(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Path]]:
         n_resamples=args.bootstrap,
         seed=args.seed,
         sweep=not args.no_sweep,
+        sweep_curves=tuple(_parse_curve(text) for text in args.curve),
     )
     cache_path = None
     if not args.no_cache:

@@ -162,7 +162,7 @@ def plot_pareto(payload: Mapping[str, Any], path: str | Path) -> Path:
         raise missing_dependency("matplotlib", "eval") from exc
     path = Path(path)
     figure, axes = plt.subplots(1, len(GROUPS), figsize=(5.2 * len(GROUPS), 4.4), squeeze=False)
-    markers = {"top-k": "o", "static": "s", "scar": "^"}
+    markers = {"top-k": "o", "static": "s", "scar": "^", "custom": "D"}
     for axis, group in zip(axes[0], GROUPS, strict=True):
         for curve in payload.get("sweep") or []:
             xs = [p["groups"][group]["chunks"] for p in curve["points"]]

@@ -23,6 +23,7 @@ Protocol (defaults of :class:`EvalConfig`):
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -125,6 +126,9 @@ class EvalConfig:
         sweep_windows: ``w`` values of the static-window curve (``k`` seeds each).
         sweep_gammas: ``γ`` values of the SCAR curves.
         sweep_lambdas: ``λ`` values; one SCAR ±1 curve over ``γ`` per value.
+        sweep_curves: Extra curves, each ``(label, method names)``, e.g.
+            ``("budget", ("budget5", "budget10"))``; a point's value is the number that ends the
+            method's name (its position when there is none).
     """
 
     scope: Scope = "document"
@@ -140,6 +144,7 @@ class EvalConfig:
     sweep_windows: tuple[int, ...] = (1, 2, 3)
     sweep_gammas: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
     sweep_lambdas: tuple[float, ...] = (0.0, 0.1, 0.3)
+    sweep_curves: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.scope not in ("document", "corpus"):
@@ -160,6 +165,11 @@ class EvalConfig:
             ScarSettings(gamma=gamma)
         for lambda_ in self.sweep_lambdas:
             ScarSettings(lambda_=lambda_)
+        for curve in self.sweep_curves:
+            if len(curve) != 2 or not isinstance(curve[0], str) or not curve[1]:
+                raise InvalidSettingsError(
+                    f"sweep curve {curve!r} is not valid; give (label, (method name, ...))."
+                )
 
 
 @dataclass
@@ -390,10 +400,25 @@ def _summaries(prepared: PreparedBenchmark, scores: QueryScores) -> dict[str, Me
     return {group: summarize(scores.subset(prepared.group_mask(group))) for group in GROUPS}
 
 
+def _curve_value(name: str, position: int) -> float:
+    digits = re.search(r"(\d+(?:\.\d+)?)$", name)
+    return float(digits[1]) if digits else float(position)
+
+
 def sweep(
-    prepared: PreparedBenchmark, config: EvalConfig, *, show_progress: bool = True
+    prepared: PreparedBenchmark,
+    config: EvalConfig,
+    *,
+    registry: MethodRegistry | None = None,
+    show_progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Trace recall against chunks for each family of methods.
+
+    Args:
+        prepared: The prepared benchmark.
+        config: The sweep's settings (``sweep_*`` fields).
+        registry: Where the names of ``config.sweep_curves`` are looked up.
+        show_progress: Show a progress bar over the points.
 
     Returns:
         One curve per family: ``{"family", "label", "parameter", "points": [{"value", "groups":
@@ -429,6 +454,16 @@ def sweep(
             [(g, ScarMethod(ScarSettings(gamma=g, window=2))) for g in config.sweep_gammas],
         )
     )
+    for label, names in config.sweep_curves:
+        registry = registry or DEFAULT_REGISTRY
+        curves.append(
+            (
+                "custom",
+                label,
+                "value",
+                [(_curve_value(n, i), registry.create(n)) for i, n in enumerate(names)],
+            )
+        )
     total = sum(len(points) for *_, points in curves)
     steps = progress(
         ((curve, value, method) for curve in curves for value, method in curve[3]),
@@ -612,6 +647,9 @@ def run_evaluation(
     registry = registry or DEFAULT_REGISTRY
     counter = count_tokens or tiktoken_counter()
     methods, skipped = _create_methods(config.methods, registry)
+    for _, names in config.sweep_curves if config.sweep else ():
+        for name in names:
+            registry.create(name)  # fail on an unknown name before any embedding
     timings: dict[str, float] = {}
 
     started = time.perf_counter()
@@ -647,7 +685,7 @@ def run_evaluation(
     curves = None
     if config.sweep:
         started = time.perf_counter()
-        curves = sweep(prepared, config, show_progress=show_progress)
+        curves = sweep(prepared, config, registry=registry, show_progress=show_progress)
         timings["sweep"] = time.perf_counter() - started
 
     settings = asdict(config)
