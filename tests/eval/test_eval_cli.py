@@ -141,6 +141,10 @@ def test_eval_on_the_fixture_end_to_end(
     assert "## Fragmented queries (n = 5)" in report
     assert "| scar1 minus |" in report
     assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = [json.loads(line) for line in (out / "per_query.jsonl").read_text("utf-8").splitlines()]
+    assert [row["gold_chunks"] for row in rows] == [2, 1, 1, 2, 3, 1, 2, 3]
+    assert rows[4]["group"] == "fragmented"
+    assert rows[1]["methods"]["topk"]["chunks"] == 2.0
 
 
 @pytest.mark.model

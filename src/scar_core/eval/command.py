@@ -16,7 +16,8 @@ __all__ = ["register", "run_eval_command"]
 
 _DESCRIPTION = """\
 Measure SCAR against the baselines on a benchmark with gold evidence spans, and write
-OUT_DIR/results.json, OUT_DIR/report.md and OUT_DIR/pareto.png.
+OUT_DIR/results.json (means per group, bootstrap, sweep), OUT_DIR/report.md (tables),
+OUT_DIR/per_query.jsonl (every query's scores) and OUT_DIR/pareto.png (recall against chunks).
 
 Data formats (unknown keys are ignored; spans are half-open [start, end) character ranges):
   LegalBench-RAG: BENCHMARK_JSON = {"tests": [{"query": str, "snippets": [{"file_path": str,

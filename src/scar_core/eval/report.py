@@ -192,7 +192,11 @@ def plot_pareto(payload: Mapping[str, Any], path: str | Path) -> Path:
 def write_outputs(
     results: EvalResults, out_dir: str | Path, *, plot: bool = True
 ) -> dict[str, Path]:
-    """Write ``results.json``, ``report.md`` and (when ``plot``) ``pareto.png`` into ``out_dir``.
+    """Write ``results.json``, ``report.md``, ``per_query.jsonl`` and ``pareto.png`` to ``out_dir``.
+
+    ``per_query.jsonl`` has one line per evaluated query: its index in the benchmark, its text,
+    its group, its gold chunk count and, per method, its recall, character recall, chunks and
+    tokens. ``pareto.png`` is drawn when ``plot`` is true and the run has a sweep.
 
     Returns:
         ``kind -> path`` of every file written.
@@ -205,6 +209,10 @@ def write_outputs(
         json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"
     )
     written["report"].write_text(render_markdown(payload), encoding="utf-8")
+    written["per_query"] = out / "per_query.jsonl"
+    with written["per_query"].open("w", encoding="utf-8") as handle:
+        for row in results.per_query_rows():
+            handle.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
     if plot and payload.get("sweep"):
         written["plot"] = plot_pareto(payload, out / "pareto.png")
     return written

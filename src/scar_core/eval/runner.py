@@ -559,6 +559,30 @@ class EvalResults:
         """Number of queries per group."""
         return {g: int(self.prepared.group_mask(g).sum()) for g in GROUPS}
 
+    def per_query_rows(self) -> list[dict[str, Any]]:
+        """One JSON-ready row per evaluated query with every method's scores on it."""
+        prepared = self.prepared
+        rows: list[dict[str, Any]] = []
+        for position, query in enumerate(prepared.queries):
+            methods: dict[str, dict[str, float | None]] = {}
+            for name, scores in self.scores.items():
+                methods[name] = {
+                    "recall": float(scores.recall[position]),
+                    "char_recall": float(scores.char_recall[position]),
+                    "chunks": float(scores.chunks[position]),
+                    "tokens": None if scores.tokens is None else float(scores.tokens[position]),
+                }
+            rows.append(
+                {
+                    "index": query.index,
+                    "query": query.text,
+                    "group": "fragmented" if prepared.fragmented[position] else "atomic",
+                    "gold_chunks": len(prepared.gold[position]),
+                    "methods": methods,
+                }
+            )
+        return rows
+
     def to_dict(self) -> dict[str, Any]:
         """The results as the JSON document ``scar eval`` writes (NaN becomes ``null``)."""
         prepared = self.prepared
