@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,5 +96,12 @@ def fixtures_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def eval_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One vector cache for the model-backed tests of a session, so each text is embedded once."""
+    """One vector cache for the model-backed tests of a session, so each text is embedded once.
+
+    Set ``SCAR_TEST_CACHE_DIR`` to reuse a warm cache across sessions (paper4_dev takes minutes to
+    embed on two cores); by default the cache is a fresh temporary folder.
+    """
+    configured = os.environ.get("SCAR_TEST_CACHE_DIR")
+    if configured:
+        return Path(configured)
     return tmp_path_factory.mktemp("scar-eval-cache")
