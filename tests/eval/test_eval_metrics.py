@@ -260,3 +260,19 @@ def test_unknown_sweep_curve_method_fails_before_embedding(hand_case) -> None:
     with pytest.raises(InvalidSettingsError, match="method 'nope' is not known"):
         run_evaluation(hand_case.benchmark, hand_case.embedder, config, show_progress=False)
     assert hand_case.embedder.calls == 0
+
+
+def test_progress_bars_go_to_stderr(hand_case, capsys: pytest.CaptureFixture[str]) -> None:
+    config = EvalConfig(k=1, methods=("topk", "scar1"), n_resamples=10, sweep_gammas=(0.8,))
+    run_evaluation(
+        hand_case.benchmark,
+        hand_case.embedder,
+        config,
+        count_tokens=len,
+        splitter=hand_case.splitter,
+        show_progress=True,
+    )
+    captured = capsys.readouterr()
+    for stage in ("embedding chunks", "embedding queries", "evaluating methods", "sweep"):
+        assert stage in captured.err
+    assert captured.out == ""
