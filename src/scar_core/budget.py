@@ -47,10 +47,21 @@ from scar_core.policy import (
 from scar_core.settings import DEFAULT_LAMBDA, Direction, validate_lambda
 from scar_core.vectors import VectorSource, lookup_vectors
 
-__all__ = ["DEFAULT_CONTINUITY_BONUS", "BudgetSettings", "select_within_budget"]
+__all__ = [
+    "DEFAULT_BUDGET",
+    "DEFAULT_CONTINUITY_BONUS",
+    "DEFAULT_SEEDS",
+    "BudgetSettings",
+    "default_budget_settings",
+    "select_within_budget",
+]
 
 #: Continuity bonus measured best for all-MiniLM-L6-v2 on the dev sets (see the README).
 DEFAULT_CONTINUITY_BONUS = 0.2
+#: The adapters' shipped chunk budget.
+DEFAULT_BUDGET = 10
+#: The adapters' shipped number of retrieved chunks that are always kept.
+DEFAULT_SEEDS = 3
 
 _DIRECTIONS: dict[str, tuple[Step, ...]] = {
     "both": ("previous", "next"),
@@ -112,6 +123,15 @@ class BudgetSettings:
             )
         if self.max_tokens is not None:
             _check_positive_int("max_tokens", self.max_tokens)
+
+
+def default_budget_settings() -> BudgetSettings:
+    """Return the configuration the adapters ship with (``scar eval``'s method ``default``)."""
+    return BudgetSettings(
+        max_chunks=DEFAULT_BUDGET,
+        continuity_bonus=DEFAULT_CONTINUITY_BONUS,
+        min_seeds=DEFAULT_SEEDS,
+    )
 
 
 def _check_positive_int(name: str, value: object) -> None:

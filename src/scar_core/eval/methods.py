@@ -18,7 +18,9 @@ parametrised names matched by a regular expression (``"top10"``, ``"scar1_g0.5"`
 ``parent``                each seed with its 2,000-character parent block; ``parentN``: N chars
 ``rerank``                cross-encoder re-ranking; unavailable when no cross-encoder is offline
 ``topk_matched``          per query, the top ``k'`` chunks, ``k'`` = chunks ``scar1`` returned
-``topk_matched_NAME``     the same, matched to method ``NAME``
+``topk_matched_NAME``     the same, matched to method ``NAME`` (e.g. ``topk_matched_default``)
+``budgetB``               budgeted SCAR at ``B`` chunks; ``budgetB_aA_sS``: bonus ``A``, ``S`` seeds
+``default``               the adapters' shipped configuration (budgeted SCAR, 10 chunks, 3 seeds)
 ========================  ==================================================================
 
 Add your own with :func:`register_method` or :func:`register_method_pattern`::
@@ -38,6 +40,12 @@ import numpy.typing as npt
 
 from scar_core.assembly import ChunkRecord
 from scar_core.baselines import static_window, top_k
+from scar_core.budget import (
+    DEFAULT_CONTINUITY_BONUS,
+    BudgetSettings,
+    default_budget_settings,
+    select_within_budget,
+)
 from scar_core.errors import InvalidSettingsError, ScarError
 from scar_core.eval.data import EvalQuery
 from scar_core.graph import NeighborGraph
@@ -234,6 +242,31 @@ class StaticWindowMethod(EvalMethod):
         )
 
 
+class BudgetMethod(EvalMethod):
+    """Budgeted SCAR (:mod:`scar_core.budget`): expansion competes with further hits per slot."""
+
+    def __init__(self, settings: BudgetSettings) -> None:
+        self.settings = settings
+
+    def select(self, context: QueryContext) -> ExpansionResult:
+        """Fill the budget for one query from the ranking and the graph."""
+        return select_within_budget(
+            context.vector,
+            context.candidates.head(self.settings.max_chunks),
+            context.graph,
+            context.vectors,
+            self.settings,
+        )
+
+
+def _budget_from_match(match: re.Match[str]) -> BudgetMethod:
+    bonus = float(match[2]) if match[2] is not None else DEFAULT_CONTINUITY_BONUS
+    seeds = int(match[3]) if match[3] is not None else 1
+    return BudgetMethod(
+        BudgetSettings(max_chunks=int(match[1]), continuity_bonus=bonus, min_seeds=seeds)
+    )
+
+
 class MatchedTopK(EvalMethod):
     """Top-k' with, per query, ``k'`` equal to the number of chunks ``reference`` returned.
 
@@ -428,6 +461,17 @@ def register_builtins(registry: MethodRegistry) -> None:
         _scar_from_match,
         "scar1_g0.5_l0.1",
         "SCAR with window W, gamma G (default 0.8) and lambda L (default 0.1)",
+    )
+    registry.register(
+        "default",
+        lambda: BudgetMethod(default_budget_settings()),
+        "the adapters' shipped configuration (budgeted SCAR, 10 chunks, 3 kept seeds, bonus 0.2)",
+    )
+    registry.register_pattern(
+        rf"budget(\d+)(?:_a{_NUMBER})?(?:_s(\d+))?",
+        _budget_from_match,
+        "budget10_a0.2_s1",
+        "budgeted SCAR at B chunks, continuity bonus A (default 0.2), S kept seeds (default 1)",
     )
     registry.register_pattern(
         r"topk_matched_(.+)",
