@@ -25,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     from scar_core.demo.command import register as register_demo
 
     register_demo(subparsers)
+    from scar_core.calibrate_command import register as register_calibrate
+
+    register_calibrate(subparsers)
     return parser
 
 
