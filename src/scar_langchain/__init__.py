@@ -36,6 +36,7 @@ from scar_langchain._vectors import (
     NeighborVectorSource,
     default_vector_source,
 )
+from scar_langchain.pgvector import PGVectorChunks, PGVectorStoreVectors, PGVectorTable
 
 __all__ = [
     "DEFAULT_KEYS",
@@ -49,6 +50,9 @@ __all__ = [
     "InMemoryStoreVectors",
     "NeighborSource",
     "NeighborVectorSource",
+    "PGVectorChunks",
+    "PGVectorStoreVectors",
+    "PGVectorTable",
     "SCARRetriever",
     "ScarEmbeddings",
     "VectorStoreNeighbors",

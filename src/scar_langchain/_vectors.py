@@ -4,7 +4,7 @@ SCAR computes ``cos(q, c)``, ``cos(q, n)`` and ``cos(c, n)`` from vectors, never
 scores. A :class:`NeighborVectorSource` supplies those vectors, in order of preference:
 
 1. read them from the store that already holds them (:class:`InMemoryStoreVectors`,
-   :class:`FaissStoreVectors`);
+   :class:`FaissStoreVectors`, :class:`~scar_langchain.PGVectorStoreVectors`);
 2. otherwise compute them with an ``Embeddings`` model (:class:`EmbeddingVectors`), ideally one
    behind a cache (LangChain's ``CacheBackedEmbeddings``, or :class:`ScarEmbeddings` over
    ``scar_core``'s ``CachedEmbedder``) so each chunk is embedded once.
@@ -234,6 +234,10 @@ def store_vector_source(vectorstore: VectorStore | None) -> NeighborVectorSource
         return InMemoryStoreVectors(vectorstore)
     if vectorstore is not None and is_faiss_like(vectorstore):
         return FaissStoreVectors(vectorstore)
+    from scar_langchain.pgvector import PGVectorStoreVectors, is_pgvector_store
+
+    if is_pgvector_store(vectorstore):
+        return PGVectorStoreVectors(vectorstore)
     return None
 
 

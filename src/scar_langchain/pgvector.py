@@ -1,0 +1,498 @@
+"""Chunks and their stored vectors from PostgreSQL with pgvector, so nothing is re-embedded.
+
+Two readers for the table of a ``langchain_postgres.PGVectorStore``:
+
+* :class:`PGVectorStoreVectors` reads vectors through the store's own public
+  ``get(ids=..., include=["embeddings"])``: one SQL query per batch and nothing to configure.
+  :class:`~scar_langchain.SCARRetriever` picks it by default for a ``PGVectorStore``. The store
+  returns each vector as text, which costs about 0.6 microseconds per dimension to parse.
+* :class:`PGVectorChunks` queries the table directly: a batch of chunks comes back with its
+  vectors in one query, the vectors in pgvector's binary form (exact float32, no text to parse).
+  It serves as both the retriever's ``neighbor_source`` and its ``vector_source``.
+
+Neither imports ``langchain_postgres`` or ``sqlalchemy`` until it is built, so
+``scar_langchain`` imports without the ``postgres`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import uuid
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from langchain_core.documents import Document
+
+from scar_core.errors import InvalidSettingsError, missing_dependency
+from scar_langchain._neighbors import FetchedChunks
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.sql.elements import TextClause
+
+__all__ = ["PGVectorChunks", "PGVectorStoreVectors", "PGVectorTable", "is_pgvector_store"]
+
+logger = logging.getLogger(__name__)
+
+FloatVector = npt.NDArray[np.float64]
+#: Documents and vectors read from the table, by the chunk id asked for.
+_Rows = tuple[dict[str, Document], dict[str, FloatVector]]
+
+#: pgvector's binary vector: int16 dimension, int16 unused, then big-endian float32 values.
+_BINARY_HEADER_BYTES = 4
+_BINARY_DTYPE: dict[str, np.dtype[Any]] = {"vector": np.dtype(">f4"), "halfvec": np.dtype(">f2")}
+
+
+def is_pgvector_store(vectorstore: object) -> bool:
+    """Whether ``vectorstore`` is a ``langchain_postgres.PGVectorStore``.
+
+    The check never imports ``langchain_postgres``: an object can only be one of its stores when
+    the module is already loaded.
+    """
+    module = sys.modules.get("langchain_postgres.v2.vectorstores")
+    store_type = getattr(module, "PGVectorStore", None)
+    return isinstance(store_type, type) and isinstance(vectorstore, store_type)
+
+
+def _text_vector(value: object) -> FloatVector | None:
+    """Read a vector as the store hands it back: pgvector text ``"[1,2,3]"``, or a sequence."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        body = value.strip()
+        if len(body) < 2 or body[0] != "[" or body[-1] != "]":
+            return None
+        try:
+            # pgvector prints the shortest decimal that reads back as the stored float32.
+            values = np.array(body[1:-1].split(","), dtype=np.float32)
+        except ValueError:
+            return None
+        return np.asarray(values, dtype=np.float64)
+    return np.asarray(value, dtype=np.float64)
+
+
+class PGVectorStoreVectors:
+    """Reads the vectors a ``langchain_postgres.PGVectorStore`` holds, through its public ``get``.
+
+    One ``get(ids=..., include=["embeddings"])`` per batch: one SQL query, no embedding call. A
+    chunk the table lacks is left out.
+
+    Args:
+        vectorstore: The store the chunks were added to, under their chunk ids.
+
+    Raises:
+        InvalidSettingsError: If ``vectorstore`` is not a ``PGVectorStore``.
+    """
+
+    def __init__(self, vectorstore: Any) -> None:
+        if not is_pgvector_store(vectorstore):
+            raise InvalidSettingsError(
+                f"PGVectorStoreVectors needs a langchain_postgres.PGVectorStore, not "
+                f"{type(vectorstore).__name__}."
+            )
+        self.vectorstore = vectorstore
+
+    @staticmethod
+    def _vectors(chunk_ids: Sequence[str], found: Mapping[str, Any]) -> dict[str, FloatVector]:
+        requested = _requested_by_key(chunk_ids)
+        vectors: dict[str, FloatVector] = {}
+        for returned_id, value in zip(
+            found.get("ids", []), found.get("embeddings", []), strict=True
+        ):
+            chunk_id = requested.get(_key(str(returned_id)))
+            vector = _text_vector(value)
+            if chunk_id is not None and vector is not None:
+                vectors[chunk_id] = vector
+        return vectors
+
+    def vectors_for(self, chunks: Mapping[str, Document]) -> dict[str, FloatVector]:
+        """Return the stored vectors of ``chunks`` (``chunk id -> Document``) in one query."""
+        chunk_ids = list(chunks)
+        if not chunk_ids:
+            return {}
+        return self._vectors(chunk_ids, self.vectorstore.get(ids=chunk_ids, include=["embeddings"]))
+
+    async def avectors_for(self, chunks: Mapping[str, Document]) -> dict[str, FloatVector]:
+        """Async form of :meth:`vectors_for` (the store's ``aget``)."""
+        chunk_ids = list(chunks)
+        if not chunk_ids:
+            return {}
+        found = await self.vectorstore.aget(ids=chunk_ids, include=["embeddings"])
+        return self._vectors(chunk_ids, found)
+
+
+def _check_identifier(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value or '"' in value or "\x00" in value:
+        raise InvalidSettingsError(
+            f"{name}={value!r} is not valid; it must be a non-empty SQL identifier without double "
+            "quotes (the name given to init_vectorstore_table / PGVectorStore.create)."
+        )
+
+
+@dataclass(frozen=True)
+class PGVectorTable:
+    """The table of a ``langchain_postgres.PGVectorStore``: its name and column names.
+
+    The defaults are those of ``PGEngine.init_vectorstore_table`` and ``PGVectorStore.create``;
+    give the same names you gave them.
+
+    Attributes:
+        table_name: The table (``PGVectorStore.get_table_name()``).
+        schema_name: Its schema.
+        id_column: The chunk id column (a UUID column by default).
+        content_column: The text column.
+        embedding_column: The pgvector column (``vector`` or ``halfvec``).
+        metadata_json_column: The JSON metadata column, or ``None`` when there is none.
+        metadata_columns: Columns read into metadata under their own names, as the store does.
+    """
+
+    table_name: str
+    schema_name: str = "public"
+    id_column: str = "langchain_id"
+    content_column: str = "content"
+    embedding_column: str = "embedding"
+    metadata_json_column: str | None = "langchain_metadata"
+    metadata_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("table_name", "schema_name", "id_column", "content_column"):
+            _check_identifier(name, getattr(self, name))
+        _check_identifier("embedding_column", self.embedding_column)
+        if self.metadata_json_column is not None:
+            _check_identifier("metadata_json_column", self.metadata_json_column)
+        if isinstance(self.metadata_columns, str) or not isinstance(
+            self.metadata_columns, Iterable
+        ):
+            raise InvalidSettingsError(
+                f"metadata_columns={self.metadata_columns!r} is not valid; it must be a tuple of "
+                "column names."
+            )
+        object.__setattr__(self, "metadata_columns", tuple(self.metadata_columns))
+        for column in self.metadata_columns:
+            _check_identifier("a metadata column", column)
+
+    @property
+    def qualified_name(self) -> str:
+        """``"schema"."table"``, quoted for SQL."""
+        return f'"{self.schema_name}"."{self.table_name}"'
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the table looks like, read once from the catalogue."""
+
+    ids_are_uuids: bool
+    vector_type: str
+
+
+class PGVectorChunks:
+    """Reads chunks and their stored vectors by id from a langchain-postgres table, in one query.
+
+    It implements both :class:`~scar_langchain.NeighborSource` (``fetch``: documents with their
+    vectors) and :class:`~scar_langchain.NeighborVectorSource` (``vectors_for``), so a
+    :class:`~scar_langchain.SCARRetriever` given it for both makes no embedding call for chunks.
+    Vectors travel in pgvector's binary form and come back exactly as stored (float32).
+
+    The first call reads the table's column types from the catalogue and checks the columns
+    exist. Ids that cannot be in the table (a non-UUID id for a UUID column) are left out.
+
+    Args:
+        connection: A SQLAlchemy URL (``postgresql+psycopg://...``) or a SQLAlchemy ``Engine``.
+        table: The store's table, or just its name when it uses the default columns.
+        async_connection: URL or ``AsyncEngine`` for the async methods; by default the URL of
+            ``connection``, which suits the psycopg 3 driver (it is both sync and async).
+
+    Raises:
+        MissingDependencyError: If SQLAlchemy is not installed (the ``postgres`` extra).
+        InvalidSettingsError: If a table or column name is not a valid identifier.
+
+    Example:
+        .. code-block:: python
+
+            from scar_langchain import PGVectorChunks, PGVectorTable, SCARRetriever
+
+            chunks = PGVectorChunks("postgresql+psycopg://user@host/db", PGVectorTable("docs"))
+            retriever = SCARRetriever(
+                vectorstore=store, neighbor_source=chunks, vector_source=chunks
+            )
+    """
+
+    def __init__(
+        self,
+        connection: str | Engine,
+        table: PGVectorTable | str,
+        *,
+        async_connection: str | AsyncEngine | None = None,
+    ) -> None:
+        try:
+            import sqlalchemy
+        except ImportError as error:  # pragma: no cover - exercised only without the extra
+            raise missing_dependency("sqlalchemy", "postgres") from error
+        self.table = table if isinstance(table, PGVectorTable) else PGVectorTable(table)
+        self._owns_engine = isinstance(connection, str)
+        self._engine: Engine = (
+            sqlalchemy.create_engine(connection) if isinstance(connection, str) else connection
+        )
+        self._async = _AsyncEngines(
+            async_connection if async_connection is not None else self._engine.url
+        )
+        self._layout: _Layout | None = None
+        self._layout_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PGVectorChunks(table={self.table.qualified_name})"
+
+    # -- SQL ----------------------------------------------------------------------------------
+
+    def _catalogue_query(self) -> TextClause:
+        from sqlalchemy import text
+
+        return text(
+            "SELECT column_name, udt_name FROM information_schema.columns "
+            "WHERE table_schema = :schema AND table_name = :table"
+        )
+
+    def _read_layout(self, rows: Iterable[Sequence[Any]]) -> _Layout:
+        types = {str(name): str(udt) for name, udt in rows}
+        table = self.table
+        if not types:
+            raise InvalidSettingsError(
+                f"table {table.qualified_name} does not exist (or this connection cannot see it);"
+                " check PGVectorTable's table_name and schema_name."
+            )
+        wanted = [table.id_column, table.content_column, table.embedding_column]
+        if table.metadata_json_column is not None:
+            wanted.append(table.metadata_json_column)
+        wanted.extend(table.metadata_columns)
+        missing = [column for column in wanted if column not in types]
+        if missing:
+            raise InvalidSettingsError(
+                f"table {table.qualified_name} has no column(s) {missing}; it has "
+                f"{sorted(types)}. Give PGVectorTable the names the store was created with."
+            )
+        vector_type = types[table.embedding_column]
+        if vector_type not in _BINARY_DTYPE:
+            raise InvalidSettingsError(
+                f"column {table.embedding_column!r} is of type {vector_type}; expected a pgvector "
+                "vector or halfvec column."
+            )
+        return _Layout(ids_are_uuids=types[table.id_column] == "uuid", vector_type=vector_type)
+
+    def _select(self, with_documents: bool) -> TextClause:
+        from sqlalchemy import bindparam, text
+
+        table = self.table
+        layout = self._layout
+        assert layout is not None
+        columns = [f'"{table.id_column}"', f'{layout.vector_type}_send("{table.embedding_column}")']
+        if with_documents:
+            columns.append(f'"{table.content_column}"')
+            json_column = table.metadata_json_column
+            columns.append(f'"{json_column}"' if json_column is not None else "NULL")
+            columns.extend(f'"{column}"' for column in table.metadata_columns)
+        statement = (
+            f"SELECT {', '.join(columns)} FROM {table.qualified_name} "  # noqa: S608 - identifiers checked and quoted
+            f'WHERE "{table.id_column}" IN :ids'
+        )
+        return text(statement).bindparams(bindparam("ids", expanding=True))
+
+    def _queryable(self, chunk_ids: Iterable[str]) -> dict[str, str]:
+        """Map each id the table could hold, in the table's own spelling, to the id asked for."""
+        layout = self._layout
+        assert layout is not None
+        requested: dict[str, str] = {}
+        for chunk_id in chunk_ids:
+            if not isinstance(chunk_id, str):
+                continue
+            if layout.ids_are_uuids:
+                try:
+                    requested.setdefault(str(uuid.UUID(chunk_id)), chunk_id)
+                except ValueError:
+                    logger.debug("id %r is not a UUID, so it cannot be in the table", chunk_id)
+                continue
+            requested.setdefault(chunk_id, chunk_id)
+        return requested
+
+    def _decode(self, raw: object) -> FloatVector | None:
+        layout = self._layout
+        assert layout is not None
+        if not isinstance(raw, (bytes, bytearray, memoryview)):
+            return None
+        data = bytes(raw)
+        dtype = _BINARY_DTYPE[layout.vector_type]
+        dimension = int.from_bytes(data[:2], "big")
+        if len(data) != _BINARY_HEADER_BYTES + dimension * dtype.itemsize:
+            return None
+        values = np.frombuffer(data, dtype=dtype, offset=_BINARY_HEADER_BYTES)
+        return np.asarray(values, dtype=np.float64)
+
+    def _document(self, chunk_id: str, row: Sequence[Any]) -> Document:
+        json_metadata = row[3]
+        metadata: dict[str, Any] = dict(json_metadata) if isinstance(json_metadata, Mapping) else {}
+        for offset, column in enumerate(self.table.metadata_columns):
+            metadata[column] = row[4 + offset]
+        return Document(id=chunk_id, page_content=str(row[2]), metadata=metadata)
+
+    def _collect(
+        self, requested: Mapping[str, str], rows: Iterable[Sequence[Any]], with_documents: bool
+    ) -> _Rows:
+        documents: dict[str, Document] = {}
+        vectors: dict[str, FloatVector] = {}
+        for row in rows:
+            chunk_id = requested.get(str(row[0]))
+            if chunk_id is None:
+                continue
+            vector = self._decode(row[1])
+            if vector is not None:
+                vectors[chunk_id] = vector
+            if with_documents:
+                documents[chunk_id] = self._document(chunk_id, row)
+        return documents, vectors
+
+    # -- sync ---------------------------------------------------------------------------------
+
+    def _ensure_layout(self) -> None:
+        if self._layout is not None:
+            return
+        with self._layout_lock:
+            if self._layout is None:
+                with self._engine.connect() as connection:
+                    rows = connection.execute(
+                        self._catalogue_query(),
+                        {"schema": self.table.schema_name, "table": self.table.table_name},
+                    ).all()
+                self._layout = self._read_layout(rows)
+
+    def _run(self, chunk_ids: Sequence[str], with_documents: bool) -> _Rows:
+        self._ensure_layout()
+        requested = self._queryable(chunk_ids)
+        if not requested:
+            return {}, {}
+        with self._engine.connect() as connection:
+            rows = connection.execute(self._select(with_documents), {"ids": list(requested)}).all()
+        return self._collect(requested, rows, with_documents)
+
+    def fetch(self, chunk_ids: Sequence[str]) -> FetchedChunks:
+        """Return the chunks of ``chunk_ids`` with their stored vectors, in one query."""
+        documents, vectors = self._run(chunk_ids, with_documents=True)
+        return FetchedChunks(documents, dict(vectors))
+
+    def vectors_for(self, chunks: Mapping[str, Document]) -> dict[str, FloatVector]:
+        """Return the stored vectors of ``chunks`` (``chunk id -> Document``), in one query."""
+        return self._run(list(chunks), with_documents=False)[1]
+
+    def close(self) -> None:
+        """Dispose of the connection pool this object created (an engine passed in is kept)."""
+        if self._owns_engine:
+            self._engine.dispose()
+
+    # -- async --------------------------------------------------------------------------------
+
+    async def _aensure_layout(self, engine: AsyncEngine) -> None:
+        if self._layout is not None:
+            return
+        async with engine.connect() as connection:
+            result = await connection.execute(
+                self._catalogue_query(),
+                {"schema": self.table.schema_name, "table": self.table.table_name},
+            )
+            rows = result.all()
+        layout = self._read_layout(rows)
+        with self._layout_lock:
+            if self._layout is None:
+                self._layout = layout
+
+    async def _arun(self, chunk_ids: Sequence[str], with_documents: bool) -> _Rows:
+        engine = self._async.current()
+        await self._aensure_layout(engine)
+        requested = self._queryable(chunk_ids)
+        if not requested:
+            return {}, {}
+        async with engine.connect() as connection:
+            result = await connection.execute(
+                self._select(with_documents), {"ids": list(requested)}
+            )
+            rows = result.all()
+        return self._collect(requested, rows, with_documents)
+
+    async def afetch(self, chunk_ids: Sequence[str]) -> FetchedChunks:
+        """Async form of :meth:`fetch` (SQLAlchemy's asyncio engine)."""
+        documents, vectors = await self._arun(chunk_ids, with_documents=True)
+        return FetchedChunks(documents, dict(vectors))
+
+    async def avectors_for(self, chunks: Mapping[str, Document]) -> dict[str, FloatVector]:
+        """Async form of :meth:`vectors_for`."""
+        return (await self._arun(list(chunks), with_documents=False))[1]
+
+    async def aclose(self) -> None:
+        """Dispose of the async pool of the running event loop (if this object created it)."""
+        await self._async.dispose_current()
+
+
+def _key(chunk_id: str) -> str:
+    """A UUID in canonical spelling; any other id as it is."""
+    try:
+        return str(uuid.UUID(chunk_id))
+    except ValueError:
+        return chunk_id
+
+
+def _requested_by_key(chunk_ids: Iterable[str]) -> dict[str, str]:
+    requested: dict[str, str] = {}
+    for chunk_id in chunk_ids:
+        requested.setdefault(_key(chunk_id), chunk_id)
+    return requested
+
+
+class _AsyncEngines:
+    """One SQLAlchemy ``AsyncEngine`` per running event loop.
+
+    An asyncio connection pool belongs to the loop that opened its connections, so each loop
+    gets its own engine. An engine given by the caller is used as it is, on every loop.
+    """
+
+    def __init__(self, connection: object) -> None:
+        self._given: AsyncEngine | None = None
+        self._url: object = connection
+        if not isinstance(connection, str) and hasattr(connection, "sync_engine"):
+            self._given = connection  # type: ignore[assignment]
+        self._lock = threading.Lock()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncEngine] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def current(self) -> AsyncEngine:
+        if self._given is not None:
+            return self._given
+        from sqlalchemy.exc import InvalidRequestError
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            engine = self._by_loop.get(loop)
+            if engine is None:
+                try:
+                    engine = create_async_engine(self._url)  # type: ignore[arg-type]
+                except InvalidRequestError as error:
+                    raise InvalidSettingsError(
+                        "the async methods need an async driver; use a postgresql+psycopg:// URL "
+                        "or pass async_connection= (a URL or an AsyncEngine)."
+                    ) from error
+                self._by_loop[loop] = engine
+            return engine
+
+    async def dispose_current(self) -> None:
+        if self._given is not None:
+            return
+        with self._lock:
+            engine = self._by_loop.pop(asyncio.get_running_loop(), None)
+        if engine is not None:
+            await engine.dispose()

@@ -1,0 +1,257 @@
+"""SCARRetriever over a real pgvector database (langchain-postgres PGVectorStore).
+
+The same corpus, with the same float32 vectors, lives in a PGVectorStore and in an
+InMemoryVectorStore; the retriever must return identical documents from both, and must not embed
+a single chunk at query time on the database path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.vectorstores import InMemoryVectorStore
+from pg_support import Corpus, CountingEmbeddings, comparable, make_corpus
+
+from scar_core.errors import InvalidSettingsError
+from scar_langchain import (
+    PGVectorChunks,
+    PGVectorStoreVectors,
+    PGVectorTable,
+    SCARRetriever,
+)
+
+pytestmark = pytest.mark.postgres
+
+langchain_postgres = pytest.importorskip("langchain_postgres")
+sqlalchemy = pytest.importorskip("sqlalchemy")
+
+
+class Setup:
+    """One corpus in both stores, and a SQLAlchemy engine whose statements are counted."""
+
+    def __init__(self, corpus: Corpus, uri: str, table: str) -> None:
+        self.corpus = corpus
+        self.table = table
+        self.embeddings = CountingEmbeddings(corpus.vector_of_text(), corpus.queries)
+        self.engine_pg = langchain_postgres.PGEngine.from_connection_string(uri)
+        self.engine_pg.init_vectorstore_table(table, corpus.dimension)
+        self.pg_store = langchain_postgres.PGVectorStore.create_sync(
+            self.engine_pg, self.embeddings, table
+        )
+        documents = corpus.documents
+        self.pg_store.add_embeddings(
+            [d.page_content for d in documents],
+            [corpus.vectors[d.id] for d in documents if d.id is not None],
+            metadatas=[dict(d.metadata) for d in documents],
+            ids=corpus.ids,
+        )
+        self.memory_store = InMemoryVectorStore(self.embeddings)
+        self.memory_store.add_documents(documents, ids=corpus.ids)
+        self.statements: list[str] = []
+        self.sql = sqlalchemy.create_engine(uri)
+        sqlalchemy.event.listen(self.sql, "before_cursor_execute", self._count)
+        self.reset()
+
+    def _count(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        self.statements.append(statement)
+
+    def reset(self) -> None:
+        self.embeddings.documents_embedded = 0
+        self.embeddings.queries_embedded = 0
+        self.statements.clear()
+
+    def chunks(self) -> PGVectorChunks:
+        return PGVectorChunks(self.sql, PGVectorTable(self.table))
+
+    def close(self) -> None:
+        self.sql.dispose()
+        asyncio.run(self.engine_pg.close())
+
+
+@pytest.fixture(scope="module")
+def setup(postgres: Any) -> Iterator[Setup]:
+    built = Setup(make_corpus(), postgres.uri("psycopg"), "scar_lc_corpus")
+    yield built
+    built.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters(setup: Setup) -> None:
+    setup.reset()
+
+
+@pytest.mark.parametrize(("window", "direction"), [(1, "both"), (2, "both"), (2, "next")])
+def test_pg_default_sources_match_memory_without_embedding_chunks(
+    setup: Setup, window: int, direction: str
+) -> None:
+    settings = {"k": 3, "window": window, "direction": direction, "gamma": 0.7}
+    on_pg = SCARRetriever(vectorstore=setup.pg_store, **settings)
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, **settings)
+    expanded = 0
+    for query in setup.corpus.queries:
+        from_pg = on_pg.invoke(query)
+        assert setup.embeddings.documents_embedded == 0, query
+        from_memory = in_memory.invoke(query)
+        assert comparable(from_pg) == comparable(from_memory), query
+        expanded += sum(len(d.metadata["scar_chunk_ids"]) - 1 for d in from_pg)
+    assert setup.embeddings.queries_embedded == 2 * len(setup.corpus.queries)
+    assert setup.embeddings.documents_embedded == 0
+    assert expanded > 0, "the corpus should make SCAR add some neighbours"
+
+
+def test_pg_the_default_vector_source_reads_the_store(setup: Setup) -> None:
+    source = PGVectorStoreVectors(setup.pg_store)
+    ids = setup.corpus.ids[:5]
+    vectors = source.vectors_for({chunk_id: setup.corpus.documents[0] for chunk_id in ids})
+    assert sorted(vectors) == sorted(ids)
+    for chunk_id in ids:
+        assert np.array_equal(vectors[chunk_id], setup.corpus.vectors[chunk_id])
+    assert source.vectors_for({}) == {}
+    with pytest.raises(InvalidSettingsError, match="PGVectorStore"):
+        PGVectorStoreVectors(setup.memory_store)
+
+
+@pytest.mark.parametrize("window", [1, 2])
+def test_pg_chunks_as_both_sources_match_memory(setup: Setup, window: int) -> None:
+    chunks = setup.chunks()
+    on_pg = SCARRetriever(
+        vectorstore=setup.pg_store, neighbor_source=chunks, vector_source=chunks, k=3, window=window
+    )
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, k=3, window=window)
+    for query in setup.corpus.queries:
+        assert comparable(on_pg.invoke(query)) == comparable(in_memory.invoke(query)), query
+    assert setup.embeddings.documents_embedded == 0
+
+
+def test_pg_one_statement_returns_documents_and_exact_vectors(setup: Setup) -> None:
+    chunks = setup.chunks()
+    ids = setup.corpus.ids[3:9]
+    chunks.fetch(ids[:1])  # the first call also reads the table's column types
+    setup.statements.clear()
+    fetched = chunks.fetch(ids)
+    assert len(setup.statements) == 1
+    assert sorted(fetched.documents) == sorted(ids)
+    assert sorted(fetched.vectors) == sorted(ids)
+    by_store = {d.id: d for d in setup.pg_store.get_by_ids(ids)}
+    for chunk_id in ids:
+        assert fetched.documents[chunk_id] == by_store[chunk_id]
+        assert fetched.vectors[chunk_id].dtype == np.float64
+        assert np.array_equal(fetched.vectors[chunk_id], setup.corpus.vectors[chunk_id])
+    setup.statements.clear()
+    vectors = chunks.vectors_for({chunk_id: by_store[chunk_id] for chunk_id in ids})
+    assert len(setup.statements) == 1
+    assert all(np.array_equal(vectors[i], fetched.vectors[i]) for i in ids)
+
+
+def test_pg_a_query_costs_one_statement_per_hop_plus_one_for_seed_vectors(setup: Setup) -> None:
+    chunks = setup.chunks()
+    chunks.fetch(setup.corpus.ids[:1])
+    retriever = SCARRetriever(
+        vectorstore=setup.pg_store, neighbor_source=chunks, vector_source=chunks, k=2, window=2
+    )
+    setup.statements.clear()
+    retriever.invoke(next(iter(setup.corpus.queries)))
+    # The seed search goes through the store's own engine; these are SCAR's statements only.
+    assert 1 <= len(setup.statements) <= 3
+    assert all(" IN " in statement for statement in setup.statements)
+
+
+def test_pg_unknown_and_malformed_ids_are_absent(setup: Setup) -> None:
+    chunks = setup.chunks()
+    known = setup.corpus.ids[0]
+    fetched = chunks.fetch([known, "00000000-0000-0000-0000-000000000000", "not-a-uuid", known])
+    assert list(fetched.documents) == [known]
+    assert list(fetched.vectors) == [known]
+    chunks.fetch([known])
+    setup.statements.clear()
+    assert chunks.fetch(["not-a-uuid"]).documents == {}
+    assert chunks.fetch([]).documents == {}
+    assert setup.statements == [], "nothing to look up means no statement"
+
+
+def test_pg_an_uppercase_uuid_is_found_under_the_id_asked_for(setup: Setup) -> None:
+    chunks = setup.chunks()
+    known = setup.corpus.ids[1]
+    fetched = chunks.fetch([known.upper()])
+    assert list(fetched.documents) == [known.upper()]
+
+
+async def test_pg_async_path_matches_sync(setup: Setup) -> None:
+    chunks = setup.chunks()
+    retriever = SCARRetriever(
+        vectorstore=setup.pg_store, neighbor_source=chunks, vector_source=chunks, k=3, window=2
+    )
+    default_sources = SCARRetriever(vectorstore=setup.pg_store, k=3, window=2)
+    try:
+        for query in list(setup.corpus.queries)[:4]:
+            expected = comparable(retriever.invoke(query))
+            assert comparable(await retriever.ainvoke(query)) == expected
+            assert comparable(await default_sources.ainvoke(query)) == expected
+    finally:
+        await chunks.aclose()
+    assert setup.embeddings.documents_embedded == 0
+
+
+def test_pg_a_missing_table_or_column_is_named(setup: Setup) -> None:
+    with pytest.raises(InvalidSettingsError, match="does not exist"):
+        PGVectorChunks(setup.sql, PGVectorTable("no_such_table")).fetch(setup.corpus.ids[:1])
+    wrong_column = PGVectorTable(setup.table, embedding_column="vector")
+    with pytest.raises(InvalidSettingsError, match=r"no column\(s\) \['vector'\]"):
+        PGVectorChunks(setup.sql, wrong_column).fetch(setup.corpus.ids[:1])
+    not_a_vector = PGVectorTable(setup.table, embedding_column="content")
+    with pytest.raises(InvalidSettingsError, match="pgvector vector or halfvec"):
+        PGVectorChunks(setup.sql, not_a_vector).fetch(setup.corpus.ids[:1])
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("table_name", ""), ("id_column", 'id"; DROP TABLE x; --'), ("metadata_columns", "topic")],
+)
+def test_pg_table_names_are_validated(field: str, value: object) -> None:
+    arguments: dict[str, Any] = {"table_name": "chunks", field: value}
+    with pytest.raises(InvalidSettingsError, match=field if field != "id_column" else "id_column"):
+        PGVectorTable(**arguments)
+
+
+def test_pg_text_ids_and_metadata_columns(postgres: Any, table_name: str) -> None:
+    engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                sqlalchemy.text(
+                    f'CREATE TABLE "{table_name}" (chunk_key text PRIMARY KEY, body text, '
+                    "vec vector(3), topic integer)"
+                )
+            )
+            connection.execute(
+                sqlalchemy.text(
+                    f"INSERT INTO \"{table_name}\" VALUES ('a-1', 'hello', '[1,2,0.5]', 7)"
+                )
+            )
+        table = PGVectorTable(
+            table_name,
+            id_column="chunk_key",
+            content_column="body",
+            embedding_column="vec",
+            metadata_json_column=None,
+            metadata_columns=("topic",),
+        )
+        fetched = PGVectorChunks(engine, table).fetch(["a-1", "missing"])
+        assert fetched.documents["a-1"].page_content == "hello"
+        assert fetched.documents["a-1"].metadata == {"topic": 7}
+        assert fetched.documents["a-1"].id == "a-1"
+        assert fetched.vectors["a-1"].tolist() == [1.0, 2.0, 0.5]
+    finally:
+        engine.dispose()
+
+
+def test_pg_chunks_made_from_a_url_own_their_pool(postgres: Any, setup: Setup) -> None:
+    chunks = PGVectorChunks(postgres.uri("psycopg"), setup.table)
+    try:
+        assert sorted(chunks.fetch(setup.corpus.ids[:2]).documents) == sorted(setup.corpus.ids[:2])
+    finally:
+        chunks.close()
