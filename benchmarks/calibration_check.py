@@ -22,16 +22,8 @@ from pathlib import Path
 GRID = [0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4]
 BUDGETS = [7, 10, 12]
 SETS = {
-    "ContractNLI": (
-        "legalbench-rag/benchmarks/contractnli.json",
-        "legalbench-rag/corpus",
-        "contractnli",
-    ),
-    "PrivacyQA": (
-        "legalbench-rag/benchmarks/privacy_qa.json",
-        "legalbench-rag/corpus",
-        "privacy_qa",
-    ),
+    "ContractNLI": ("legalbench-rag/benchmarks/contractnli.json", "legalbench-rag/corpus"),
+    "PrivacyQA": ("legalbench-rag/benchmarks/privacy_qa.json", "legalbench-rag/corpus"),
     "paper4_dev": ("paper4/paper4_dev.json", "paper4/corpus"),
 }
 
