@@ -20,6 +20,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from scar_llamaindex._output import TRACE_METADATA_KEYS
 from scar_llamaindex._vectors import MemoryTextVectorCache, TextVectorCache
 from scar_llamaindex.embedding import ScarEmbedding
+from scar_llamaindex.pgvector import PGVectorNodeSource, create_node_id_index
 from scar_llamaindex.postprocessor import OnError, SCARNodePostprocessor
 from scar_llamaindex.sources import (
     FetchedNodes,
@@ -34,9 +35,11 @@ __all__ = [
     "MemoryTextVectorCache",
     "NeighborSource",
     "OnError",
+    "PGVectorNodeSource",
     "SCARNodePostprocessor",
     "ScarEmbedding",
     "StoreNeighborSource",
     "TextVectorCache",
+    "create_node_id_index",
     "stored_embedding",
 ]

@@ -23,10 +23,12 @@ def test_public_names_are_pinned() -> None:
             "MemoryTextVectorCache",
             "NeighborSource",
             "OnError",
+            "PGVectorNodeSource",
             "SCARNodePostprocessor",
             "ScarEmbedding",
             "StoreNeighborSource",
             "TextVectorCache",
+            "create_node_id_index",
             "stored_embedding",
         ]
     )

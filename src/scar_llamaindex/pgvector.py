@@ -1,0 +1,331 @@
+"""Neighbour nodes and their stored vectors from a LlamaIndex ``PGVectorStore``, one query per hop.
+
+LlamaIndex's ``PGVectorStore.get_nodes`` already returns each node with its embedding, so the
+default :class:`~scar_llamaindex.StoreNeighborSource` expands over pgvector without embedding
+anything, even when the index's docstore is empty. Two things cost time as the table grows:
+
+* the store's table has no index on ``node_id``, so every fetch by id scans the whole table;
+  :func:`create_node_id_index` adds one;
+* ``get_nodes`` receives vectors as pgvector text and parses them (about 0.6 microseconds per
+  dimension); :class:`PGVectorNodeSource` receives them in pgvector's binary form instead.
+
+Nothing here imports ``llama_index.vector_stores.postgres`` or ``sqlalchemy`` until it is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.vector_stores.utils import metadata_dict_to_node
+
+from scar_core.errors import InvalidSettingsError, missing_dependency
+from scar_llamaindex.sources import FetchedNodes
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.sql.elements import TextClause
+
+__all__ = ["PGVectorNodeSource", "create_node_id_index"]
+
+logger = logging.getLogger(__name__)
+
+#: pgvector's binary vector: int16 dimension, int16 unused, then big-endian values.
+_BINARY_HEADER_BYTES = 4
+#: PostgreSQL truncates longer identifiers.
+_MAX_IDENTIFIER_BYTES = 63
+
+
+def _pgvector_store_type() -> type[Any]:
+    try:
+        from llama_index.vector_stores.postgres import PGVectorStore
+    except ImportError as error:  # pragma: no cover - exercised only without the extra
+        raise missing_dependency("llama_index.vector_stores.postgres", "postgres") from error
+    return PGVectorStore
+
+
+@dataclass(frozen=True)
+class _Table:
+    """Where a ``PGVectorStore`` keeps its rows: ``<schema>.data_<table_name>``."""
+
+    schema_name: str
+    table_name: str
+    half_precision: bool
+
+    @classmethod
+    def of(cls, vector_store: Any) -> _Table:
+        if not isinstance(vector_store, _pgvector_store_type()):
+            raise InvalidSettingsError(
+                "expected a llama_index.vector_stores.postgres.PGVectorStore, not "
+                f"{type(vector_store).__name__}."
+            )
+        # LlamaIndex names the table data_<table_name> (see its get_data_model).
+        table = cls(
+            str(vector_store.schema_name),
+            f"data_{vector_store.table_name}",
+            bool(vector_store.use_halfvec),
+        )
+        for name in (table.schema_name, table.table_name):
+            if not name or '"' in name or "\x00" in name:
+                raise InvalidSettingsError(
+                    f"the store's table or schema name {name!r} is not a usable SQL identifier."
+                )
+        return table
+
+    @property
+    def qualified_name(self) -> str:
+        return f'"{self.schema_name}"."{self.table_name}"'
+
+    @property
+    def vector_send(self) -> str:
+        return "halfvec_send" if self.half_precision else "vector_send"
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(">f2") if self.half_precision else np.dtype(">f4")
+
+
+def _sync_engine(vector_store: Any, engine: Engine | None) -> tuple[Engine, bool]:
+    """Return the engine to use and whether this module created it (and so disposes of it)."""
+    if engine is not None:
+        return engine, False
+    client = vector_store.client
+    if client is not None:
+        return client, False
+    url = vector_store.connection_string
+    if not url or url == "None":
+        raise InvalidSettingsError(
+            "the PGVectorStore was built from engine objects and has not connected yet; pass "
+            "engine= (a SQLAlchemy Engine on the same database)."
+        )
+    try:
+        from sqlalchemy import create_engine
+    except ImportError as error:  # pragma: no cover - exercised only without the extra
+        raise missing_dependency("sqlalchemy", "postgres") from error
+    return create_engine(url), True
+
+
+def create_node_id_index(vector_store: Any, *, engine: Engine | None = None) -> str:
+    """Index the ``node_id`` column of a LlamaIndex ``PGVectorStore``'s table.
+
+    The store's table has a primary key on a serial ``id`` but no index on ``node_id``, so
+    ``get_nodes(node_ids=...)``, and so every neighbour fetch, scans the whole table. Call this
+    once, after the store has created its table (after the first ``add``); it is idempotent.
+
+    Args:
+        vector_store: The ``PGVectorStore``.
+        engine: A SQLAlchemy engine on the store's database; by default the store's own.
+
+    Returns:
+        The index's name.
+
+    Raises:
+        InvalidSettingsError: If the store's table does not exist yet.
+    """
+    from sqlalchemy import text
+
+    table = _Table.of(vector_store)
+    bind, owned = _sync_engine(vector_store, engine)
+    name = f"{table.table_name}_node_id_idx"
+    if len(name.encode()) > _MAX_IDENTIFIER_BYTES:
+        name = f"{table.table_name[: _MAX_IDENTIFIER_BYTES - 12]}_node_id_idx"
+    try:
+        with bind.begin() as connection:
+            exists = connection.execute(
+                text("SELECT to_regclass(:name) IS NOT NULL"),
+                {"name": table.qualified_name},
+            ).scalar_one()
+            if not exists:
+                raise InvalidSettingsError(
+                    f"table {table.qualified_name} does not exist yet; add nodes to the store "
+                    "(which creates it) before indexing it."
+                )
+            connection.execute(
+                text(f'CREATE INDEX IF NOT EXISTS "{name}" ON {table.qualified_name} (node_id)')
+            )
+    finally:
+        if owned:
+            bind.dispose()
+    return name
+
+
+class PGVectorNodeSource:
+    """Fetch neighbour nodes and their stored vectors from a ``PGVectorStore``, one query a hop.
+
+    A :class:`~scar_llamaindex.NeighborSource` that reads only the database (the index's docstore
+    may be empty): each fetch is one ``SELECT`` by ``node_id`` that returns the nodes asked for and
+    the vectors of those and of the seeds, in pgvector's binary form (exact, nothing to parse).
+    Nodes are rebuilt as ``PGVectorStore.get_nodes`` rebuilds them. Run
+    :func:`create_node_id_index` once so that the ``SELECT`` uses an index.
+
+    Args:
+        vector_store: The index's ``PGVectorStore`` (``index.vector_store``).
+        engine: SQLAlchemy engine for :meth:`fetch`; by default the store's own once it has
+            connected, else one made from its ``connection_string``.
+        async_engine: SQLAlchemy ``AsyncEngine`` for :meth:`afetch`; by default one per event
+            loop, made from the store's ``async_connection_string``.
+
+    Raises:
+        InvalidSettingsError: If ``vector_store`` is not a LlamaIndex ``PGVectorStore``.
+
+    Example:
+        .. code-block:: python
+
+            from scar_llamaindex import PGVectorNodeSource, SCARNodePostprocessor
+
+            create_node_id_index(vector_store)
+            postprocessor = SCARNodePostprocessor(
+                neighbor_source=PGVectorNodeSource(vector_store), embed_model=embed_model
+            )
+    """
+
+    def __init__(
+        self,
+        vector_store: Any,
+        *,
+        engine: Engine | None = None,
+        async_engine: AsyncEngine | None = None,
+    ) -> None:
+        self._table = _Table.of(vector_store)
+        self._engine, self._owns_engine = _sync_engine(vector_store, engine)
+        self._async = _AsyncEngines(
+            async_engine if async_engine is not None else vector_store.async_connection_string
+        )
+
+    def __repr__(self) -> str:
+        return f"PGVectorNodeSource(table={self._table.qualified_name})"
+
+    def _select(self) -> TextClause:
+        from sqlalchemy import bindparam, text
+
+        table = self._table
+        statement = (
+            f"SELECT node_id, {table.vector_send}(embedding), text, metadata_ "  # noqa: S608 - identifiers checked and quoted
+            f"FROM {table.qualified_name} WHERE node_id IN :ids"
+        )
+        return text(statement).bindparams(bindparam("ids", expanding=True))
+
+    def _decode(self, raw: object) -> npt.NDArray[np.float32] | None:
+        if not isinstance(raw, (bytes, bytearray, memoryview)):
+            return None
+        data = bytes(raw)
+        dtype = self._table.dtype
+        dimension = int.from_bytes(data[:2], "big")
+        if len(data) != _BINARY_HEADER_BYTES + dimension * dtype.itemsize:
+            return None
+        return np.frombuffer(data, dtype=dtype, offset=_BINARY_HEADER_BYTES).astype(np.float32)
+
+    def _collect(self, node_ids: Sequence[str], rows: Iterable[Sequence[Any]]) -> FetchedNodes:
+        wanted = set(node_ids)
+        nodes: dict[str, BaseNode] = {}
+        vectors: dict[str, npt.ArrayLike] = {}
+        for node_id, raw_vector, text, metadata in rows:
+            vector = self._decode(raw_vector)
+            if vector is not None:
+                vectors.setdefault(node_id, vector)
+            if node_id in wanted and node_id not in nodes:
+                nodes[node_id] = _rebuild(node_id, text, metadata)
+        return FetchedNodes(nodes, vectors)
+
+    @staticmethod
+    def _ids(node_ids: Sequence[str], vector_ids: Sequence[str]) -> list[str]:
+        return [i for i in dict.fromkeys([*node_ids, *vector_ids]) if isinstance(i, str)]
+
+    def fetch(self, node_ids: Sequence[str], vector_ids: Sequence[str]) -> FetchedNodes:
+        """Return the nodes of ``node_ids`` and the stored vectors of both lists, in one query."""
+        ids = self._ids(node_ids, vector_ids)
+        if not ids:
+            return FetchedNodes()
+        with self._engine.connect() as connection:
+            rows = connection.execute(self._select(), {"ids": ids}).all()
+        return self._collect(node_ids, rows)
+
+    async def afetch(self, node_ids: Sequence[str], vector_ids: Sequence[str]) -> FetchedNodes:
+        """Async form of :meth:`fetch` (SQLAlchemy's asyncio engine, no worker thread)."""
+        ids = self._ids(node_ids, vector_ids)
+        if not ids:
+            return FetchedNodes()
+        async with self._async.current().connect() as connection:
+            result = await connection.execute(self._select(), {"ids": ids})
+            rows = result.all()
+        return self._collect(node_ids, rows)
+
+    def close(self) -> None:
+        """Dispose of the connection pool this object created (a shared engine is kept)."""
+        if self._owns_engine:
+            self._engine.dispose()
+
+    async def aclose(self) -> None:
+        """Dispose of the async pool of the running event loop (if this object created it)."""
+        await self._async.dispose_current()
+
+
+def _rebuild(node_id: str, text: object, metadata: object) -> BaseNode:
+    """Rebuild a node from its row the way ``PGVectorStore.get_nodes`` does."""
+    metadata_dict = dict(metadata) if isinstance(metadata, dict) else {}
+    try:
+        node = metadata_dict_to_node(metadata_dict)
+        node.set_content(str(text))
+    except (ValueError, TypeError, KeyError):
+        # A row written outside LlamaIndex: no serialised node in its metadata.
+        node = TextNode(id_=node_id, text=str(text), metadata=metadata_dict)
+    return node
+
+
+class _AsyncEngines:
+    """One SQLAlchemy ``AsyncEngine`` per running event loop (a given engine is used as it is).
+
+    An asyncio connection pool belongs to the loop that opened its connections.
+    """
+
+    def __init__(self, connection: object) -> None:
+        self._given: AsyncEngine | None = None
+        self._url: object = connection
+        if not isinstance(connection, str) and hasattr(connection, "sync_engine"):
+            self._given = connection  # type: ignore[assignment]
+        self._lock = threading.Lock()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncEngine] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def current(self) -> AsyncEngine:
+        if self._given is not None:
+            return self._given
+        if not self._url or self._url == "None":
+            raise InvalidSettingsError(
+                "the PGVectorStore has no async_connection_string; pass async_engine= (a "
+                "SQLAlchemy AsyncEngine on the same database)."
+            )
+        from sqlalchemy.exc import InvalidRequestError
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            engine = self._by_loop.get(loop)
+            if engine is None:
+                try:
+                    engine = create_async_engine(self._url)  # type: ignore[arg-type]
+                except InvalidRequestError as error:
+                    raise InvalidSettingsError(
+                        "async fetches need an async driver (postgresql+asyncpg:// or "
+                        "postgresql+psycopg://); pass async_engine=."
+                    ) from error
+                self._by_loop[loop] = engine
+            return engine
+
+    async def dispose_current(self) -> None:
+        if self._given is not None:
+            return
+        with self._lock:
+            engine = self._by_loop.pop(asyncio.get_running_loop(), None)
+        if engine is not None:
+            await engine.dispose()

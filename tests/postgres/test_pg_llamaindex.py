@@ -1,0 +1,307 @@
+"""SCARNodePostprocessor over a real pgvector database (llama-index-vector-stores-postgres).
+
+The index lives only in the database (its docstore is empty), yet expansion works, embeds no
+node, and gives the same nodes, scores and decisions as the same vectors in memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.schema import (
+    NodeRelationship,
+    NodeWithScore,
+    QueryBundle,
+    RelatedNodeInfo,
+    TextNode,
+)
+from pg_support import Corpus, make_corpus
+
+from scar_core.errors import InvalidSettingsError
+from scar_langchain import read_links
+from scar_llamaindex import (
+    PGVectorNodeSource,
+    SCARNodePostprocessor,
+    StoreNeighborSource,
+    create_node_id_index,
+)
+
+pytestmark = pytest.mark.postgres
+
+postgres_store = pytest.importorskip("llama_index.vector_stores.postgres")
+sqlalchemy = pytest.importorskip("sqlalchemy")
+
+
+class CountingEmbedding(BaseEmbedding):
+    """Looks vectors up by text and counts the texts embedded (queries come with vectors)."""
+
+    _table: dict[str, list[float]] = PrivateAttr()
+    _lock: threading.Lock = PrivateAttr()
+    _texts_embedded: int = PrivateAttr(default=0)
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        super().__init__(model_name="counting")
+        self._table = table
+        self._lock = threading.Lock()
+
+    @property
+    def texts_embedded(self) -> int:
+        return self._texts_embedded
+
+    def reset(self) -> None:
+        self._texts_embedded = 0
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        with self._lock:
+            self._texts_embedded += 1
+        return list(self._table[text])
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        raise AssertionError("queries carry their embeddings in these tests")
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        raise AssertionError("queries carry their embeddings in these tests")
+
+    async def _aget_text_embedding(self, text: str) -> list[float]:
+        return self._get_text_embedding(text)
+
+
+def nodes_of(corpus: Corpus) -> list[TextNode]:
+    """The corpus as LlamaIndex nodes linked by PREVIOUS / NEXT / SOURCE, with embeddings."""
+    nodes = []
+    for document in corpus.documents:
+        links = read_links(document)
+        assert links.chunk_id is not None
+        assert links.document_id is not None
+        relationships = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=links.document_id)}
+        if links.previous_id is not None:
+            relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=links.previous_id)
+        if links.next_id is not None:
+            relationships[NodeRelationship.NEXT] = RelatedNodeInfo(node_id=links.next_id)
+        nodes.append(
+            TextNode(
+                id_=links.chunk_id,
+                text=document.page_content,
+                metadata={"topic": document.metadata["topic"]},
+                embedding=list(corpus.vectors[links.chunk_id]),
+                relationships=relationships,
+            )
+        )
+    return nodes
+
+
+class Setup:
+    def __init__(self, corpus: Corpus, uri: str, table: str) -> None:
+        self.corpus = corpus
+        self.embed_model = CountingEmbedding(
+            {node.text: node.embedding for node in nodes_of(corpus) if node.embedding}
+        )
+        self.vector_store = postgres_store.PGVectorStore(
+            connection_string=uri,
+            async_connection_string=uri,
+            table_name=table,
+            embed_dim=corpus.dimension,
+        )
+        self.pg_index = VectorStoreIndex(
+            nodes_of(corpus),
+            storage_context=StorageContext.from_defaults(vector_store=self.vector_store),
+            embed_model=self.embed_model,
+        )
+        self.memory_index = VectorStoreIndex(nodes_of(corpus), embed_model=self.embed_model)
+        self.statements: list[str] = []
+        self.sql = sqlalchemy.create_engine(uri)
+        sqlalchemy.event.listen(self.sql, "before_cursor_execute", self._count)
+
+    def _count(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        self.statements.append(statement)
+
+    def bundle(self, query: str) -> QueryBundle:
+        return QueryBundle(query_str=query, embedding=list(self.corpus.queries[query]))
+
+    def retrieve(self, index: VectorStoreIndex, query: str) -> list[NodeWithScore]:
+        return index.as_retriever(similarity_top_k=3).retrieve(self.bundle(query))
+
+    def close(self) -> None:
+        self.sql.dispose()
+
+
+@pytest.fixture(scope="module")
+def setup(postgres: Any) -> Iterator[Setup]:
+    built = Setup(make_corpus(seed=11), postgres.uri("psycopg"), "scar_li_corpus")
+    yield built
+    built.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters(setup: Setup) -> None:
+    setup.embed_model.reset()
+    setup.statements.clear()
+
+
+def traced(output: Sequence[NodeWithScore]) -> list[tuple[str, dict[str, Any]]]:
+    """Each node's id and SCAR trace (the retriever's own score compared separately)."""
+    return [
+        (
+            item.node.node_id,
+            {k: v for k, v in item.node.metadata.items() if k.startswith("scar_")},
+        )
+        for item in output
+    ]
+
+
+def assert_same(from_pg: Sequence[NodeWithScore], from_memory: Sequence[NodeWithScore]) -> None:
+    assert traced(from_pg) == traced(from_memory)
+    pg_scores = [item.score for item in from_pg]
+    memory_scores = [item.score for item in from_memory]
+    # Seeds keep the store's score: pgvector's 1 - cosine distance against numpy's cosine.
+    assert pg_scores == pytest.approx(memory_scores, rel=1e-6, abs=1e-6)
+    for item in from_pg:
+        assert item.node.get_content()
+
+
+def test_pg_the_index_lives_only_in_the_database(setup: Setup) -> None:
+    assert len(setup.pg_index.docstore.docs) == 0
+    assert len(setup.memory_index.docstore.docs) == len(setup.corpus.documents)
+
+
+@pytest.mark.parametrize(("window", "direction"), [(1, "both"), (2, "both"), (2, "previous")])
+def test_pg_default_source_matches_memory_without_embedding_nodes(
+    setup: Setup, window: int, direction: Any
+) -> None:
+    settings = {"gamma": 0.7, "window": window, "direction": direction}
+    on_pg = SCARNodePostprocessor.from_index(setup.pg_index, **settings)
+    in_memory = SCARNodePostprocessor.from_index(setup.memory_index, **settings)
+    assert isinstance(on_pg.neighbor_source, StoreNeighborSource)
+    added = 0
+    for query in setup.corpus.queries:
+        bundle = setup.bundle(query)
+        from_pg = on_pg.postprocess_nodes(setup.retrieve(setup.pg_index, query), bundle)
+        from_memory = in_memory.postprocess_nodes(setup.retrieve(setup.memory_index, query), bundle)
+        assert_same(from_pg, from_memory)
+        added += sum(item.node.metadata["scar_origin"] == "neighbor" for item in from_pg)
+    assert setup.embed_model.texts_embedded == 0
+    assert added > 0, "the corpus should make SCAR add some neighbours"
+
+
+@pytest.mark.parametrize("window", [1, 2])
+def test_pg_node_source_matches_memory_one_statement_per_hop(setup: Setup, window: int) -> None:
+    source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
+    on_pg = SCARNodePostprocessor(
+        neighbor_source=source, embed_model=setup.embed_model, gamma=0.7, window=window
+    )
+    in_memory = SCARNodePostprocessor.from_index(setup.memory_index, gamma=0.7, window=window)
+    for query in setup.corpus.queries:
+        bundle = setup.bundle(query)
+        seeds = setup.retrieve(setup.pg_index, query)
+        setup.statements.clear()
+        from_pg = on_pg.postprocess_nodes(seeds, bundle)
+        assert 1 <= len(setup.statements) <= window
+        from_memory = in_memory.postprocess_nodes(setup.retrieve(setup.memory_index, query), bundle)
+        assert_same(from_pg, from_memory)
+    assert setup.embed_model.texts_embedded == 0
+
+
+def test_pg_node_source_returns_nodes_and_exact_vectors(setup: Setup) -> None:
+    source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
+    ids = setup.corpus.ids
+    fetched = source.fetch(ids[2:5], ids[0:3])
+    assert len(setup.statements) == 1
+    assert sorted(fetched.nodes) == sorted(ids[2:5])
+    assert sorted(fetched.vectors) == sorted(ids[0:5])
+    for node_id in ids[0:5]:
+        assert np.array_equal(fetched.vectors[node_id], setup.corpus.vectors[node_id])
+    by_store = {node.node_id: node for node in setup.vector_store.get_nodes(node_ids=ids[2:5])}
+    for node_id, node in fetched.nodes.items():
+        assert node.get_content() == by_store[node_id].get_content()
+        assert node.relationships == by_store[node_id].relationships
+        assert node.metadata == by_store[node_id].metadata
+    setup.statements.clear()
+    assert source.fetch([], []).nodes == {}
+    assert source.fetch(["missing"], []).nodes == {}
+    assert len(setup.statements) == 1
+
+
+async def test_pg_async_paths_match_sync(setup: Setup) -> None:
+    source = PGVectorNodeSource(setup.vector_store)
+    with_source = SCARNodePostprocessor(
+        neighbor_source=source, embed_model=setup.embed_model, gamma=0.7, window=2
+    )
+    default = SCARNodePostprocessor.from_index(setup.pg_index, gamma=0.7, window=2)
+    try:
+        for query in list(setup.corpus.queries)[:4]:
+            bundle = setup.bundle(query)
+            seeds = setup.retrieve(setup.pg_index, query)
+            expected = default.postprocess_nodes(seeds, bundle)
+            assert_same(await with_source.apostprocess_nodes(seeds, bundle), expected)
+            assert_same(await default.apostprocess_nodes(seeds, bundle), expected)
+    finally:
+        await source.aclose()
+        await setup.vector_store.close()
+    assert setup.embed_model.texts_embedded == 0
+
+
+def test_pg_node_id_index_is_created_once_and_used(setup: Setup) -> None:
+    name = create_node_id_index(setup.vector_store)
+    assert create_node_id_index(setup.vector_store, engine=setup.sql) == name
+    with setup.sql.connect() as connection:
+        indexes = connection.execute(
+            sqlalchemy.text(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'data_scar_li_corpus'"
+            )
+        ).scalars()
+        assert name in set(indexes)
+        connection.execute(sqlalchemy.text("SET enable_seqscan = off"))
+        plan = connection.execute(
+            sqlalchemy.text(
+                "EXPLAIN SELECT node_id FROM public.data_scar_li_corpus WHERE node_id IN ('a', 'b')"
+            )
+        ).scalars()
+        assert name in "\n".join(plan)
+
+
+def test_pg_indexing_a_table_that_does_not_exist_yet_is_refused(
+    postgres: Any, table_name: str
+) -> None:
+    empty = postgres_store.PGVectorStore(
+        connection_string=postgres.uri("psycopg"),
+        async_connection_string=postgres.uri("psycopg"),
+        table_name=table_name,
+        embed_dim=4,
+    )
+    with pytest.raises(InvalidSettingsError, match="does not exist yet"):
+        create_node_id_index(empty)
+
+
+def test_pg_rows_written_outside_llamaindex_become_text_nodes(setup: Setup) -> None:
+    with setup.sql.begin() as connection:
+        connection.execute(
+            sqlalchemy.text(
+                "INSERT INTO public.data_scar_li_corpus (text, metadata_, node_id, embedding) "
+                "VALUES ('raw row', CAST(:meta AS json), 'raw-1', '[1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,2]')"
+            ),
+            {"meta": '{"origin": "sql"}'},
+        )
+    try:
+        fetched = PGVectorNodeSource(setup.vector_store, engine=setup.sql).fetch(["raw-1"], [])
+        node = fetched.nodes["raw-1"]
+        assert isinstance(node, TextNode)
+        assert node.get_content() == "raw row"
+        assert node.metadata == {"origin": "sql"}
+        assert fetched.vectors["raw-1"][-1] == 2.0
+    finally:
+        with setup.sql.begin() as connection:
+            connection.execute(
+                sqlalchemy.text("DELETE FROM public.data_scar_li_corpus WHERE node_id = 'raw-1'")
+            )
+
+
+def test_pg_node_source_needs_a_pgvector_store(setup: Setup) -> None:
+    with pytest.raises(InvalidSettingsError, match="PGVectorStore"):
+        PGVectorNodeSource(setup.memory_index.vector_store)
