@@ -53,7 +53,7 @@ def _naive_decision(seed: str, via: str, neighbor: str, lambda_: float, gamma: f
 def test_hand_built_vectors_window_one() -> None:
     store, chunks = _store()
     ids = {c.page_content: c.id for c in chunks}
-    [passage] = SCARRetriever(vectorstore=store, k=1).invoke("q")
+    [passage] = SCARRetriever(vectorstore=store, budget=None, k=1).invoke("q")
 
     assert passage.metadata["scar_chunk_ids"] == [ids["c1"], ids["c2"]]
     assert passage.page_content == "c1\nc2"
@@ -81,7 +81,7 @@ def test_hand_built_vectors_window_one() -> None:
 def test_hand_built_vectors_window_two_measures_the_penalty_across_the_new_boundary() -> None:
     store, chunks = _store()
     ids = {c.page_content: c.id for c in chunks}
-    [passage] = SCARRetriever(vectorstore=store, k=1, window=2).invoke("q")
+    [passage] = SCARRetriever(vectorstore=store, budget=None, k=1, window=2).invoke("q")
     assert passage.metadata["scar_chunk_ids"] == [ids["c1"], ids["c2"], ids["c3"]]
     c3 = passage.metadata["scar_chunks"][2]
     expected = _naive_decision("c1", "c2", "c3", 0.1, 0.8)
@@ -94,7 +94,7 @@ def test_hand_built_vectors_window_two_measures_the_penalty_across_the_new_bound
 
 def test_gamma_one_accepts_nothing_here() -> None:
     store, chunks = _store()
-    [passage] = SCARRetriever(vectorstore=store, k=1, gamma=1.0).invoke("q")
+    [passage] = SCARRetriever(vectorstore=store, budget=None, k=1, gamma=1.0).invoke("q")
     assert passage.metadata["scar_chunk_ids"] == [chunks[1].id]
     assert passage.page_content == "c1"
 
@@ -102,7 +102,9 @@ def test_gamma_one_accepts_nothing_here() -> None:
 @pytest.mark.parametrize("direction", ["previous", "next"])
 def test_direction_limits_the_walk(direction: str) -> None:
     store, chunks = _store()
-    [passage] = SCARRetriever(vectorstore=store, k=1, gamma=0.1, direction=direction).invoke("q")
+    [passage] = SCARRetriever(
+        vectorstore=store, budget=None, k=1, gamma=0.1, direction=direction
+    ).invoke("q")
     expected = (
         [chunks[0].id, chunks[1].id] if direction == "previous" else [chunks[1].id, chunks[2].id]
     )
@@ -162,6 +164,7 @@ def test_decisions_match_scar_core(
     store.add_documents(chunks, ids=[c.id for c in chunks])
     retriever = SCARRetriever(
         vectorstore=store,
+        budget=None,
         k=k,
         fetch_k=None if extra_seeds is None else k + extra_seeds,
         window=window,

@@ -69,7 +69,7 @@ def test_chain_answers_from_scar_passages(
     store, chunks, embeddings = setup
     by_id = {c.id: c for c in chunks}
     source_text = {"rfc9293.txt": TCP, "gdpr.txt": GDPR, "bread.txt": BREAD}
-    retriever = SCARRetriever(vectorstore=store, k=2)
+    retriever = SCARRetriever(vectorstore=store, budget=None, k=2)
 
     seen_prompts: list[str] = []
 

@@ -57,7 +57,7 @@ def test_passages_reproduce_the_source_text_in_order(overlap: int) -> None:
     store = InMemoryVectorStore(ConstantEmbeddings())
     store.add_documents(chunks, ids=[c.id for c in chunks])
 
-    docs = SCARRetriever(vectorstore=store, k=1, window=2).invoke("timer")
+    docs = SCARRetriever(vectorstore=store, budget=None, k=1, window=2).invoke("timer")
     [passage] = docs
     ids = passage.metadata["scar_chunk_ids"]
     positions = [c.metadata["scar_position"] for c in chunks if c.id in ids]
@@ -81,7 +81,7 @@ def test_overlap_without_offsets_is_removed_by_matching_text() -> None:
     chunks = link_chunks(chain_documents("doc", texts))
     store = InMemoryVectorStore(ConstantEmbeddings())
     store.add_documents(chunks, ids=[c.id for c in chunks])
-    [passage] = SCARRetriever(vectorstore=store, k=1).invoke("q")
+    [passage] = SCARRetriever(vectorstore=store, budget=None, k=1).invoke("q")
     assert passage.page_content == "alpha beta gamma delta epsilon zeta eta theta"
 
 
@@ -112,7 +112,7 @@ def _merging_store() -> tuple[CountingStore, dict[str, str]]:
 
 def test_merged_seeds_make_one_passage_and_further_seeds_fill_k() -> None:
     store, ids = _merging_store()
-    docs = SCARRetriever(vectorstore=store, k=2, fetch_k=2).invoke("q")
+    docs = SCARRetriever(vectorstore=store, budget=None, k=2, fetch_k=2).invoke("q")
     assert [d.page_content for d in docs] == ["a1\na2", "b0"]
     assert docs[0].metadata["scar_chunk_ids"] == [ids["a1"], ids["a2"]]
     assert [c["origin"] for c in docs[0].metadata["scar_chunks"]] == ["seed", "seed"]
@@ -123,14 +123,14 @@ def test_merged_seeds_make_one_passage_and_further_seeds_fill_k() -> None:
 
 def test_default_pool_is_twice_k_so_no_second_search_is_needed_here() -> None:
     store, _ = _merging_store()
-    docs = SCARRetriever(vectorstore=store, k=2).invoke("q")
+    docs = SCARRetriever(vectorstore=store, budget=None, k=2).invoke("q")
     assert len(docs) == 2
     assert store.search_sizes == [4]
 
 
 def test_fewer_passages_than_k_when_the_store_runs_out() -> None:
     store, _ = _merging_store()
-    docs = SCARRetriever(vectorstore=store, k=10, gamma=0.1).invoke("q")
+    docs = SCARRetriever(vectorstore=store, budget=None, k=10, gamma=0.1).invoke("q")
     every = [cid for d in docs for cid in d.metadata["scar_chunk_ids"]]
     assert len(every) == len(set(every)) == len(store.store)
     assert len(docs) == 3  # one passage per document: everything merged
@@ -138,7 +138,9 @@ def test_fewer_passages_than_k_when_the_store_runs_out() -> None:
 
 def test_return_chunks_lists_chunks_in_document_order_grouped_by_passage() -> None:
     store, ids = _merging_store()
-    docs = SCARRetriever(vectorstore=store, k=2, fetch_k=2, return_chunks=True).invoke("q")
+    docs = SCARRetriever(vectorstore=store, budget=None, k=2, fetch_k=2, return_chunks=True).invoke(
+        "q"
+    )
     assert [d.id for d in docs] == [ids["a1"], ids["a2"], ids["b0"]]
     assert [d.metadata["scar_passage"] for d in docs] == [0, 0, 1]
     assert [d.page_content for d in docs] == ["a1", "a2", "b0"]
@@ -148,7 +150,7 @@ def test_return_chunks_lists_chunks_in_document_order_grouped_by_passage() -> No
 
 def test_k_can_be_overridden_per_call() -> None:
     store, _ = _merging_store()
-    retriever = SCARRetriever(vectorstore=store, k=1)
+    retriever = SCARRetriever(vectorstore=store, budget=None, k=1)
     assert len(retriever.invoke("q")) == 1
     assert len(retriever.invoke("q", k=3)) == 3
     assert retriever.k == 1
@@ -162,7 +164,9 @@ def test_metadata_is_plain_json_and_the_store_is_not_modified() -> None:
     store, _ids = _merging_store()
     before = {key: dict(value["metadata"]) for key, value in store.store.items()}
     for return_chunks in (False, True):
-        docs = SCARRetriever(vectorstore=store, k=3, return_chunks=return_chunks).invoke("q")
+        docs = SCARRetriever(
+            vectorstore=store, budget=None, k=3, return_chunks=return_chunks
+        ).invoke("q")
         json.dumps([d.metadata for d in docs])
         for doc in docs:
             assert doc.metadata["scar_score"] is not None
@@ -174,15 +178,17 @@ def test_token_budget_drops_neighbours_not_seeds() -> None:
     store = InMemoryVectorStore(ConstantEmbeddings())
     store.add_documents(chunks, ids=[c.id for c in chunks])
     words = lambda text: len(text.split())  # noqa: E731
-    full = SCARRetriever(vectorstore=store, k=1, window=2).invoke("q")
+    full = SCARRetriever(vectorstore=store, budget=None, k=1, window=2).invoke("q")
     assert sum(words(d.page_content) for d in full) > 25  # at least three chunks of 10 words
     budget = SCARRetriever(
-        vectorstore=store, k=1, window=2, max_tokens=25, token_counter=words
+        vectorstore=store, budget=None, k=1, window=2, max_tokens=25, token_counter=words
     ).invoke("q")
     [passage] = budget
     assert words(passage.page_content) <= 25
     assert passage.metadata["scar_seed_id"] in passage.metadata["scar_chunk_ids"]
-    tiny = SCARRetriever(vectorstore=store, k=1, window=2, max_tokens=1, token_counter=words)
+    tiny = SCARRetriever(
+        vectorstore=store, budget=None, k=1, window=2, max_tokens=1, token_counter=words
+    )
     [seed_only] = tiny.invoke("q")
     assert seed_only.metadata["scar_chunk_ids"] == [seed_only.metadata["scar_seed_id"]]
 
@@ -194,7 +200,9 @@ def test_tiktoken_is_the_default_token_counter() -> None:
     store = InMemoryVectorStore(ConstantEmbeddings())
     store.add_documents(chunks, ids=[c.id for c in chunks])
     count = tiktoken_counter()
-    [passage] = SCARRetriever(vectorstore=store, k=1, window=2, max_tokens=40).invoke("q")
+    [passage] = SCARRetriever(vectorstore=store, budget=None, k=1, window=2, max_tokens=40).invoke(
+        "q"
+    )
     assert count(passage.page_content) <= 40
     assert len(passage.metadata["scar_chunk_ids"]) >= 1
 
@@ -202,7 +210,7 @@ def test_tiktoken_is_the_default_token_counter() -> None:
 def test_search_kwargs_reach_the_store() -> None:
     store, ids = _merging_store()
     only_b = {"filter": lambda doc: doc.metadata["source"] == "b"}
-    docs = SCARRetriever(vectorstore=store, k=3, search_kwargs=only_b).invoke("q")
+    docs = SCARRetriever(vectorstore=store, budget=None, k=3, search_kwargs=only_b).invoke("q")
     seeds = {
         c["chunk_id"] for d in docs for c in d.metadata["scar_chunks"] if c["origin"] == "seed"
     }
@@ -217,7 +225,7 @@ def test_neighbours_are_fetched_in_one_batch_per_step(window: int) -> None:
     )
     store = CountingStore(ConstantEmbeddings())
     store.add_documents(chunks, ids=[c.id for c in chunks])
-    SCARRetriever(vectorstore=store, k=3, window=window).invoke("q")
+    SCARRetriever(vectorstore=store, budget=None, k=3, window=window).invoke("q")
     # Every neighbour of every seed is accepted here, so seeds merge and the pool may grow:
     # at most one lookup per step for each search, and no id is ever asked for twice.
     assert 1 <= len(store.lookups) <= window * len(store.search_sizes)
@@ -237,7 +245,7 @@ def test_one_search_and_one_lookup_per_step_when_seeds_do_not_merge(window: int)
     chunks = link_chunks([doc for d in range(4) for doc in chain_documents(f"d{d}", texts[d])])
     store = CountingStore(TableEmbeddings(table))
     store.add_documents(chunks, ids=[c.id for c in chunks])
-    docs = SCARRetriever(vectorstore=store, k=3, fetch_k=3, window=window).invoke("q")
+    docs = SCARRetriever(vectorstore=store, budget=None, k=3, fetch_k=3, window=window).invoke("q")
     assert [d.page_content for d in docs] == ["0-2", "1-2", "2-2"]
     assert store.search_sizes == [3]
     assert len(store.lookups) == window

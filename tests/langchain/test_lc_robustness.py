@@ -36,7 +36,7 @@ def _store(documents: list[Document]) -> InMemoryVectorStore:
 def test_chunks_without_link_metadata_are_returned_unexpanded() -> None:
     documents = [Document(f"chunk {i}", id=f"c{i}", metadata={"n": i}) for i in range(5)]
     store = _store(documents)
-    docs = SCARRetriever(vectorstore=store, k=3).invoke("q")
+    docs = SCARRetriever(vectorstore=store, budget=None, k=3).invoke("q")
     assert len(docs) == 3
     for doc in docs:
         assert len(doc.metadata["scar_chunk_ids"]) == 1
@@ -48,7 +48,7 @@ def test_missing_neighbours_are_skipped_and_the_seed_kept() -> None:
     chunks = link_chunks(chain_documents("doc", ["a", "b", "c"]))
     store = _store(chunks)
     store.delete([chunks[0].id, chunks[2].id])
-    [passage] = SCARRetriever(vectorstore=store, k=1, window=2).invoke("q")
+    [passage] = SCARRetriever(vectorstore=store, budget=None, k=1, window=2).invoke("q")
     assert passage.metadata["scar_chunk_ids"] == [chunks[1].id]
     assert passage.page_content == "b"
 
@@ -57,7 +57,7 @@ def test_a_missing_middle_chunk_stops_the_walk_there() -> None:
     chunks = link_chunks(chain_documents("doc", ["a", "b", "c", "d"]))
     store = _store(chunks)
     store.delete([chunks[1].id])
-    retriever = SCARRetriever(vectorstore=store, k=1, window=3, direction="next")
+    retriever = SCARRetriever(vectorstore=store, budget=None, k=1, window=3, direction="next")
     docs = retriever.invoke("q")
     for doc in docs:
         ids = doc.metadata["scar_chunk_ids"]
@@ -89,7 +89,7 @@ def _linked(text: str, chunk_id: str, **links: Any) -> Document:
 )
 def test_bad_links_never_crash_or_lose_the_seed(documents: list[Document]) -> None:
     store = _store(documents)
-    docs = SCARRetriever(vectorstore=store, k=len(documents), window=2).invoke("q")
+    docs = SCARRetriever(vectorstore=store, budget=None, k=len(documents), window=2).invoke("q")
     returned = [cid for d in docs for cid in d.metadata["scar_chunk_ids"]]
     assert len(returned) == len(set(returned))
     assert set(returned) == {d.id for d in documents}
@@ -98,13 +98,13 @@ def test_bad_links_never_crash_or_lose_the_seed(documents: list[Document]) -> No
 def test_cross_document_link_is_refused() -> None:
     documents = [_linked("a", "a", next="b"), _linked("b", "b", prev="a", document="other")]
     store = _store(documents)
-    [passage] = SCARRetriever(vectorstore=store, k=1, fetch_k=1).invoke("q")
+    [passage] = SCARRetriever(vectorstore=store, budget=None, k=1, fetch_k=1).invoke("q")
     assert len(passage.metadata["scar_chunk_ids"]) == 1
 
 
 def test_empty_store_returns_nothing() -> None:
     store = InMemoryVectorStore(ConstantEmbeddings())
-    assert SCARRetriever(vectorstore=store).invoke("q") == []
+    assert SCARRetriever(vectorstore=store, budget=None).invoke("q") == []
 
 
 class IdlessRetriever(BaseRetriever):
@@ -124,6 +124,7 @@ def test_seeds_without_any_id_are_returned_unexpanded() -> None:
         base_retriever=IdlessRetriever(documents=documents),
         docstore=InMemoryStore(),
         embeddings=HashingEmbeddings(),
+        budget=None,
         k=2,
         return_chunks=True,
     )
@@ -152,7 +153,7 @@ def _failing_store() -> tuple[FailingStore, list[Document]]:
 
 def test_store_failure_raises_with_the_cause_chained() -> None:
     store, _ = _failing_store()
-    retriever = SCARRetriever(vectorstore=store, k=1, fetch_k=1)
+    retriever = SCARRetriever(vectorstore=store, budget=None, k=1, fetch_k=1)
     with pytest.raises(NeighborFetchError, match="on_error='return_seeds'") as caught:
         retriever.invoke("q")
     assert isinstance(caught.value.__cause__, ConnectionError)
@@ -161,7 +162,7 @@ def test_store_failure_raises_with_the_cause_chained() -> None:
 async def test_store_failure_raises_on_the_async_path_too() -> None:
     store, _ = _failing_store()
     with pytest.raises(NeighborFetchError):
-        await SCARRetriever(vectorstore=store, k=1, fetch_k=1).ainvoke("q")
+        await SCARRetriever(vectorstore=store, budget=None, k=1, fetch_k=1).ainvoke("q")
 
 
 @pytest.mark.parametrize("return_chunks", [False, True])
@@ -170,7 +171,12 @@ async def test_return_seeds_on_store_failure(
 ) -> None:
     store, chunks = _failing_store()
     retriever = SCARRetriever(
-        vectorstore=store, k=2, fetch_k=2, on_error="return_seeds", return_chunks=return_chunks
+        vectorstore=store,
+        budget=None,
+        k=2,
+        fetch_k=2,
+        on_error="return_seeds",
+        return_chunks=return_chunks,
     )
     with caplog.at_level(logging.WARNING, logger="scar_langchain"):
         docs = retriever.invoke("q")
@@ -201,6 +207,7 @@ def test_embedding_failure_for_chunk_vectors() -> None:
         "base_retriever": search.as_retriever(),
         "docstore": docstore,
         "embeddings": BrokenEmbeddings(),
+        "budget": None,
         "k": 1,
     }
     with pytest.raises(EmbeddingError) as caught:
@@ -237,7 +244,7 @@ def test_embedding_failure_for_chunk_vectors() -> None:
 def test_bad_settings_are_rejected_at_construction(settings: dict[str, Any], message: str) -> None:
     store = InMemoryVectorStore(HashingEmbeddings())
     with pytest.raises(InvalidSettingsError, match=message):
-        SCARRetriever(vectorstore=store, **settings)
+        SCARRetriever(vectorstore=store, budget=None, **settings)
 
 
 def test_sources_must_be_complete() -> None:
@@ -245,7 +252,7 @@ def test_sources_must_be_complete() -> None:
     with pytest.raises(InvalidSettingsError, match="exactly one of"):
         SCARRetriever()
     with pytest.raises(InvalidSettingsError, match="exactly one of"):
-        SCARRetriever(vectorstore=store, base_retriever=store.as_retriever())
+        SCARRetriever(vectorstore=store, budget=None, base_retriever=store.as_retriever())
     with pytest.raises(InvalidSettingsError, match="docstore="):
         SCARRetriever(base_retriever=store.as_retriever(), embeddings=HashingEmbeddings())
     with pytest.raises(InvalidSettingsError, match="embeddings="):
@@ -254,6 +261,6 @@ def test_sources_must_be_complete() -> None:
 
 def test_per_call_k_must_fit_the_budget() -> None:
     store = InMemoryVectorStore(HashingEmbeddings())
-    retriever = SCARRetriever(vectorstore=store, k=1, max_tokens=2, token_counter=len)
+    retriever = SCARRetriever(vectorstore=store, budget=None, k=1, max_tokens=2, token_counter=len)
     with pytest.raises(InvalidSettingsError, match="max_tokens=2 is smaller than k=3"):
         retriever.invoke("q", k=3)

@@ -96,7 +96,7 @@ def _retriever(**settings: Any) -> SCARRetriever:
     store = InMemoryVectorStore(embeddings)
     chunks = _chunks()
     store.add_documents(chunks, ids=[c.id for c in chunks])
-    return SCARRetriever(vectorstore=store, gamma=0.5, window=2, **settings)
+    return SCARRetriever(vectorstore=store, budget=None, gamma=0.5, window=2, **settings)
 
 
 def test_the_async_method_is_native() -> None:
@@ -108,7 +108,7 @@ async def test_async_path_uses_only_async_store_and_embedding_calls() -> None:
     store = AsyncOnlyStore(embeddings)
     chunks = _chunks()
     store.add_documents(chunks, ids=[c.id for c in chunks])
-    retriever = SCARRetriever(vectorstore=store, k=3, gamma=0.5, window=2)
+    retriever = SCARRetriever(vectorstore=store, budget=None, k=3, gamma=0.5, window=2)
     expected = [_summary(retriever.invoke(query)) for query in QUERIES]
     embeddings.frozen = store.frozen = True
     got = [_summary(await retriever.ainvoke(query)) for query in QUERIES]
@@ -128,6 +128,7 @@ async def test_async_path_with_base_retriever_and_docstore() -> None:
         base_retriever=search.as_retriever(),
         docstore=docstore,
         embeddings=embeddings,
+        budget=None,
         k=3,
         gamma=0.5,
         window=2,

@@ -1,4 +1,8 @@
-"""LangChain's standard retriever suite, unmodified, offline."""
+"""LangChain's standard retriever suite, unmodified, offline, in both modes.
+
+The suite asks for "the number of documents returned". In plain mode that is ``k`` (passages);
+in budget mode, the default, it is ``budget`` (chunks, with ``return_chunks=True``).
+"""
 
 from typing import Any
 
@@ -32,7 +36,25 @@ class TestSCARRetrieverStandard(RetrieversIntegrationTests):
 
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"vectorstore": _store(), "k": 2, "gamma": 0.5}
+        return {"vectorstore": _store(), "budget": None, "k": 2, "gamma": 0.5}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "What does part 2 of the topic3 document mention?"
+
+
+class TestSCARRetrieverBudgetStandard(RetrieversIntegrationTests):
+    @property
+    def retriever_constructor(self) -> type[SCARRetriever]:
+        return SCARRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"vectorstore": _store(), "budget": 2, "k": 1, "return_chunks": True}
+
+    @property
+    def num_results_arg_name(self) -> str:
+        return "budget"
 
     @property
     def retriever_query_example(self) -> str:

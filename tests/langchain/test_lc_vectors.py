@@ -44,7 +44,7 @@ def test_in_memory_store_vectors_mean_no_document_embedding_at_query_time() -> N
     assert embeddings.documents_embedded == len(chunks)
     embeddings.document_calls.clear()
 
-    retriever = SCARRetriever(vectorstore=store, k=3, gamma=0.5, window=2)
+    retriever = SCARRetriever(vectorstore=store, budget=None, k=3, gamma=0.5, window=2)
     outputs = [retriever.invoke(query) for query in QUERIES * 2]
     assert embeddings.document_calls == []
     assert embeddings.query_calls == QUERIES * 2
@@ -80,6 +80,7 @@ def test_cache_backed_embeddings_embed_each_chunk_once() -> None:
         base_retriever=search_store.as_retriever(),
         docstore=docstore,
         embeddings=cached,
+        budget=None,
         k=3,
         gamma=0.5,
         window=2,
@@ -94,7 +95,7 @@ def test_cache_backed_embeddings_embed_each_chunk_once() -> None:
     assert [_summary(out) for out in second] == [_summary(out) for out in first]
 
     # Same decisions as reading the vectors from the store itself.
-    direct = SCARRetriever(vectorstore=search_store, k=3, gamma=0.5, window=2)
+    direct = SCARRetriever(vectorstore=search_store, budget=None, k=3, gamma=0.5, window=2)
     assert [_summary(direct.invoke(query)) for query in QUERIES] == [_summary(out) for out in first]
 
 
@@ -148,13 +149,13 @@ def test_faiss_store_vectors_are_read_back_from_the_index(faiss_store_class: typ
         assert np.allclose(found[chunk.id], embeddings.vector(chunk.page_content), atol=1e-6)
 
     embeddings.document_calls.clear()
-    retriever = SCARRetriever(vectorstore=store, k=3, gamma=0.5, window=2)
+    retriever = SCARRetriever(vectorstore=store, budget=None, k=3, gamma=0.5, window=2)
     faiss_out = [_summary(retriever.invoke(query)) for query in QUERIES]
     assert embeddings.document_calls == []
 
     memory = InMemoryVectorStore(HashingEmbeddings())
     memory.add_documents(chunks, ids=[c.id for c in chunks])
-    memory_retriever = SCARRetriever(vectorstore=memory, k=3, gamma=0.5, window=2)
+    memory_retriever = SCARRetriever(vectorstore=memory, budget=None, k=3, gamma=0.5, window=2)
     assert faiss_out == [_summary(memory_retriever.invoke(query)) for query in QUERIES]
 
 

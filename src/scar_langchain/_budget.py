@@ -1,0 +1,186 @@
+"""Budgeted selection for one query, with neighbours fetched lazily from the store.
+
+:func:`scar_core.budget.select_within_budget` walks as far as the budget lets a passage grow, so
+the chunks it will need are not known in advance. Asking the store one chunk at a time would cost
+a round trip per slot; :class:`BudgetRun` instead
+
+1. prefetches, in one batched call per ring, the neighbours of every retrieved chunk up to
+   :data:`PREFETCH_HOPS` steps away (fewer when ``window`` is smaller), and then
+2. runs the selection over lookups that answer only from what the pool holds and *record* every
+   chunk they were asked about and do not know yet. When a run recorded such misses, the driver
+   fetches all of them in one call and the (cheap, deterministic) selection runs again.
+
+A run that recorded no miss answered every lookup from complete knowledge, so its result is
+exactly the one :func:`~scar_core.budget.select_within_budget` gives over the whole store. Each
+extra ring a passage grows beyond the prefetched ones costs one more round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from scar_core.budget import BudgetSettings, select_within_budget
+from scar_core.graph import NeighborGraph, Step
+from scar_core.policy import ExpansionResult
+from scar_core.tokens import TokenCounter
+from scar_langchain._links import ChunkMetadataKeys
+from scar_langchain._pool import QueryPool
+
+__all__ = ["PREFETCH_HOPS", "BudgetRun", "PoolLinks", "PoolTokenCounts", "PoolVectors"]
+
+#: Rings of neighbours fetched around every retrieved chunk before the first selection.
+PREFETCH_HOPS = 2
+
+
+def _settled(pool: QueryPool, chunk_id: str) -> bool:
+    """Whether the pool knows a chunk, or knows that the store does not hold it."""
+    return chunk_id in pool.documents or chunk_id in pool.requested
+
+
+class PoolLinks:
+    """A :class:`~scar_core.graph.LinkLookup` over the chunks a query's pool holds.
+
+    A chunk that is neither fetched nor known to be absent is recorded in ``misses`` and treated
+    as having no link for this run.
+
+    Args:
+        pool: The query's pool.
+        keys: Where chunk links live in metadata.
+        misses: Collects the ids the lookup could not answer for.
+    """
+
+    def __init__(self, pool: QueryPool, keys: ChunkMetadataKeys, misses: dict[str, None]) -> None:
+        self._pool = pool
+        self._graph: NeighborGraph = pool.links(keys)
+        self._misses = misses
+
+    def step(self, chunk_id: str, direction: Step) -> str | None:
+        """Return the chunk one step away, or ``None`` (also when that chunk is not known yet)."""
+        if chunk_id not in self._pool.documents:
+            if not _settled(self._pool, chunk_id):
+                self._misses[chunk_id] = None
+            return None
+        target = self._graph.step(chunk_id, direction)
+        if target is None or _settled(self._pool, target):
+            # A target the store lacks is returned: it has no vector, so it is reported skipped.
+            return target
+        self._misses[target] = None
+        return None
+
+
+class PoolVectors:
+    """A :class:`~scar_core.vectors.VectorLookup` over the vectors a query's pool holds.
+
+    Args:
+        pool: The query's pool.
+        misses: Collects the ids of chunks that are not fetched yet.
+    """
+
+    def __init__(self, pool: QueryPool, misses: dict[str, None]) -> None:
+        self._pool = pool
+        self._misses = misses
+
+    def get_vectors(self, chunk_ids: Sequence[str]) -> dict[str, npt.NDArray[np.floating]]:
+        """Return the known vectors of ``chunk_ids``; record the chunks not fetched yet."""
+        found: dict[str, npt.NDArray[np.floating]] = {}
+        for chunk_id in chunk_ids:
+            vector = self._pool.vectors.get(chunk_id)
+            if vector is not None:
+                found[chunk_id] = vector
+            elif not _settled(self._pool, chunk_id):
+                self._misses[chunk_id] = None
+        return found
+
+
+class PoolTokenCounts(Mapping[str, int]):
+    """Token counts of the pool's chunks, counted on first use and kept for the query.
+
+    Args:
+        pool: The query's pool.
+        count_tokens: The token counter applied to each chunk's ``page_content``.
+    """
+
+    def __init__(self, pool: QueryPool, count_tokens: TokenCounter) -> None:
+        self._pool = pool
+        self._count_tokens = count_tokens
+        self._counts: dict[str, int] = {}
+
+    def __getitem__(self, chunk_id: str) -> int:
+        count = self._counts.get(chunk_id)
+        if count is None:
+            document = self._pool.documents[chunk_id]
+            count = self._counts[chunk_id] = self._count_tokens(document.page_content)
+        return count
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pool.documents)
+
+    def __len__(self) -> int:
+        return len(self._pool.documents)
+
+
+class BudgetRun:
+    """The fetch plan and the selection attempts of one budgeted query.
+
+    Drive it as: fetch what :meth:`prefetch_request` asks for until it returns ``None``; then
+    repeatedly supply vectors for the pool's new chunks and call :meth:`attempt`, fetching the
+    ids it returns, until it returns none. :attr:`result` then holds the selection.
+
+    Args:
+        pool: The query's pool, holding the retrieved chunks (best first) as its seeds.
+        settings: The budget; ``settings.window`` also limits the prefetch.
+        keys: Where chunk links live in metadata.
+        token_counts: Token counts, required when ``settings.max_tokens`` is set.
+    """
+
+    def __init__(
+        self,
+        pool: QueryPool,
+        settings: BudgetSettings,
+        keys: ChunkMetadataKeys,
+        token_counts: Mapping[str, int] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.settings = settings
+        self.keys = keys
+        self.token_counts = token_counts
+        window = settings.window
+        self.hops = PREFETCH_HOPS if window is None else min(window, PREFETCH_HOPS)
+        self._hops_done = 0
+        self.attempts = 0
+        self.result: ExpansionResult | None = None
+
+    def prefetch_request(self) -> list[str] | None:
+        """Return the next ring of neighbours to fetch, or ``None`` once the prefetch is done."""
+        while self._hops_done < self.hops:
+            self._hops_done += 1
+            wanted = self.pool.unfetched_neighbors(
+                self.settings.direction, self._hops_done, self.keys
+            )
+            if wanted:
+                return wanted
+        return None
+
+    def attempt(self) -> list[str]:
+        """Run the selection over what the pool holds; return the ids it missed, if any.
+
+        Every known chunk must have had its vector asked for before the call. When the return
+        value is empty, :attr:`result` holds the exact selection.
+        """
+        self.attempts += 1
+        misses: dict[str, None] = {}
+        result = select_within_budget(
+            self.pool.query_vector,
+            self.pool.seeds,
+            PoolLinks(self.pool, self.keys, misses),
+            PoolVectors(self.pool, misses),
+            self.settings,
+            token_counts=self.token_counts,
+        )
+        if misses:
+            return list(misses)
+        self.result = result
+        return []

@@ -1,0 +1,149 @@
+"""What one query has learnt so far: retrieved chunks, fetched neighbours and their vectors.
+
+A :class:`QueryPool` lives for one ``invoke`` call only, so concurrent queries never share state.
+Both the plain and the budgeted path of :class:`~scar_langchain.SCARRetriever` fill it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+from langchain_core.documents import Document
+
+from scar_core.assembly import ChunkRecord
+from scar_core.graph import NeighborGraph, Step
+from scar_core.settings import Direction
+from scar_langchain._links import ChunkMetadataKeys, read_links
+from scar_langchain._neighbors import FetchedChunks
+
+__all__ = ["QueryPool", "steps_of", "unidentified_id"]
+
+FloatVector = npt.NDArray[np.float64]
+
+#: Prefix of the stand-in id given to a retrieved chunk that carries no id.
+UNIDENTIFIED_PREFIX = "scar-unidentified:"
+
+
+def unidentified_id(document: Document) -> str:
+    """A stable stand-in id for a retrieved chunk that carries none (it gets no neighbours)."""
+    digest = hashlib.sha256(document.page_content.encode("utf-8")).hexdigest()[:32]
+    return f"{UNIDENTIFIED_PREFIX}{digest}"
+
+
+def steps_of(direction: Direction) -> tuple[Step, ...]:
+    """The walk directions a ``direction`` setting allows."""
+    if direction == "previous":
+        return ("previous",)
+    if direction == "next":
+        return ("next",)
+    return ("previous", "next")
+
+
+@dataclass
+class QueryPool:
+    """Everything one query has learnt so far: seeds, fetched chunks and their vectors.
+
+    Attributes:
+        query_vector: The query's embedding.
+        seeds: Retrieved chunk ids, best first.
+        documents: Every chunk known so far (retrieved or fetched), by id.
+        vectors: The vectors found for known chunks.
+        requested: Ids asked of the neighbour source (found or not).
+        vectors_asked: Ids whose vectors were asked of the vector source (found or not).
+        exhausted: Whether the last search returned fewer chunks than asked, or nothing new.
+    """
+
+    query_vector: FloatVector
+    seeds: list[str] = field(default_factory=list)
+    documents: dict[str, Document] = field(default_factory=dict)
+    vectors: dict[str, FloatVector] = field(default_factory=dict)
+    requested: set[str] = field(default_factory=set)
+    vectors_asked: set[str] = field(default_factory=set)
+    exhausted: bool = False
+
+    def add_seeds(self, found: Sequence[Document], size: int, keys: ChunkMetadataKeys) -> None:
+        """Record a search's results, best first; the pool is exhausted when it ran short."""
+        previous = set(self.seeds)
+        seeds: dict[str, None] = {}
+        for document in found:
+            chunk_id = read_links(document, keys).chunk_id or unidentified_id(document)
+            if chunk_id in seeds:
+                continue
+            seeds[chunk_id] = None
+            self.documents.setdefault(chunk_id, document)
+        self.seeds = list(seeds)
+        self.exhausted = len(found) < size or not (set(self.seeds) - previous)
+
+    def links(self, keys: ChunkMetadataKeys) -> NeighborGraph:
+        """The neighbour graph of every chunk known so far."""
+        links: dict[str, tuple[str | None, str | None]] = {}
+        documents: dict[str, str] = {}
+        for chunk_id, document in self.documents.items():
+            chunk = read_links(document, keys)
+            links[chunk_id] = (chunk.previous_id, chunk.next_id)
+            if chunk.document_id is not None:
+                documents[chunk_id] = chunk.document_id
+        return NeighborGraph(links, documents)
+
+    def unfetched_neighbors(
+        self, direction: Direction, steps: int, keys: ChunkMetadataKeys
+    ) -> list[str]:
+        """Ids up to ``steps`` away from a seed that are neither known nor already asked for.
+
+        The walk passes only through known chunks, so calling this once per step, after fetching
+        what the previous call returned, discovers one ring of neighbours at a time.
+        """
+        graph = self.links(keys)
+        wanted: dict[str, None] = {}
+        for seed in self.seeds:
+            for step in steps_of(direction):
+                for chunk_id in graph.walk(seed, step, steps):
+                    if chunk_id not in self.documents and chunk_id not in self.requested:
+                        wanted[chunk_id] = None
+        return list(wanted)
+
+    def add_fetched(self, requested: list[str], fetched: FetchedChunks) -> None:
+        """Record the chunks (and any vectors) a neighbour source returned."""
+        self.requested.update(requested)
+        wanted = set(requested)
+        for chunk_id, document in fetched.documents.items():
+            if chunk_id in wanted:
+                self.documents.setdefault(chunk_id, document)
+        for chunk_id, vector in fetched.vectors.items():
+            if chunk_id in wanted:
+                self.vectors.setdefault(chunk_id, np.asarray(vector, dtype=np.float64))
+
+    def chunks_needing_vectors(self) -> dict[str, Document]:
+        """The known chunks that have no vector and whose vector was never asked for."""
+        return {
+            chunk_id: document
+            for chunk_id, document in self.documents.items()
+            if chunk_id not in self.vectors and chunk_id not in self.vectors_asked
+        }
+
+    def add_vectors(
+        self, asked: Mapping[str, Document], vectors: Mapping[str, FloatVector]
+    ) -> None:
+        """Record the vectors a vector source returned for the chunks in ``asked``."""
+        self.vectors_asked.update(asked)
+        for chunk_id, vector in vectors.items():
+            if chunk_id in self.documents:
+                self.vectors.setdefault(chunk_id, np.asarray(vector, dtype=np.float64))
+
+    def records(self, keys: ChunkMetadataKeys) -> dict[str, ChunkRecord]:
+        """Text and position of every known chunk, for passage assembly."""
+        records: dict[str, ChunkRecord] = {}
+        for chunk_id, document in self.documents.items():
+            chunk = read_links(document, keys)
+            records[chunk_id] = ChunkRecord(
+                chunk_id=chunk_id,
+                text=document.page_content,
+                document_id=chunk.document_id,
+                position=chunk.position,
+                start_index=chunk.start_index,
+            )
+        return records
