@@ -7,8 +7,10 @@ Example:
 
         chunks = link_chunks(splitter.split_documents(docs))
         vectorstore.add_documents(chunks, ids=[chunk.id for chunk in chunks])
-        retriever = SCARRetriever(vectorstore=vectorstore, k=4)
+        retriever = SCARRetriever(vectorstore=vectorstore)  # budget mode: 10 chunks, 3 kept
         retriever.invoke("question")
+
+        paper = SCARRetriever(vectorstore=vectorstore, budget=None, k=4)  # the paper's rule
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ Usage::
 
     from scar_llamaindex import SCARNodePostprocessor
 
-    postprocessor = SCARNodePostprocessor.from_index(index, lambda_=0.1, gamma=0.8, window=1)
-    engine = index.as_query_engine(similarity_top_k=5, node_postprocessors=[postprocessor])
+    postprocessor = SCARNodePostprocessor.from_index(index)  # budget mode: 10 nodes, 3 kept
+    engine = index.as_query_engine(similarity_top_k=10, node_postprocessors=[postprocessor])
+
+    paper = SCARNodePostprocessor.from_index(index, budget=None)  # the paper's rule, exactly
 """
 
 from __future__ import annotations

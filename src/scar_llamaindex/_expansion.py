@@ -69,7 +69,8 @@ class ExpansionRun:
         if embedding is not None:
             self.vectors.setdefault(node_id, embedding)
 
-    def _link(self, node_id: str, step: Step) -> str | None:
+    def link(self, node_id: str, step: Step) -> str | None:
+        """The id a known node's link names in direction ``step`` (whether fetched or not)."""
         previous_id, next_id = self._links_of[node_id]
         return previous_id if step == "previous" else next_id
 
@@ -87,7 +88,7 @@ class ExpansionRun:
         while self._hops_done < self.settings.window and self._frontier:
             self._targets = {}
             for node_id, step in self._frontier:
-                target = self._link(node_id, step)
+                target = self.link(node_id, step)
                 if target is not None and target not in self.unavailable:
                     self._targets[(node_id, step)] = target
             node_ids = list(dict.fromkeys(t for t in self._targets.values() if t not in self.known))
@@ -101,6 +102,11 @@ class ExpansionRun:
 
     def absorb(self, requested: Sequence[str], fetched: FetchedNodes) -> None:
         """Record a fetch's nodes and vectors, and move the walk one hop on."""
+        self.record(requested, fetched)
+        self._advance()
+
+    def record(self, requested: Sequence[str], fetched: FetchedNodes) -> None:
+        """Record a fetch's nodes and vectors without moving the walk (a fetch outside the plan)."""
         for node_id in requested:
             node = fetched.nodes.get(node_id)
             if node is None:
@@ -115,7 +121,6 @@ class ExpansionRun:
         for node_id, vector in fetched.vectors.items():
             if node_id in self.known and node_id not in self.vectors:
                 self.vectors[node_id] = vector
-        self._advance()
 
     def _advance(self) -> None:
         self._frontier = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from llama_index.core.schema import (
     BaseNode,
@@ -25,6 +26,7 @@ from scar_llamaindex._links import NodeLinks
 
 #: Every metadata key the postprocessor may add (all excluded from LLM and embedding text).
 TRACE_METADATA_KEYS: tuple[str, ...] = (
+    "scar_mode",
     "scar_origin",
     "scar_expanded",
     "scar_error",
@@ -44,6 +46,7 @@ TRACE_METADATA_KEYS: tuple[str, ...] = (
 PASSAGE_ID_NAMESPACE = uuid.UUID("0b7e6a52-3f4c-4d1e-8a2b-5c9d7e1f3a64")
 
 TraceValue = str | int | float | bool | list[str]
+Mode = Literal["budget", "plain"]
 
 
 def with_trace(node: BaseNode, trace: Mapping[str, TraceValue]) -> BaseNode:
@@ -61,8 +64,9 @@ def _extend(keys: Sequence[str], trace: Mapping[str, TraceValue]) -> list[str]:
     return list(dict.fromkeys([*keys, *trace]))
 
 
-def _seed_trace(chunk: SelectedChunk) -> dict[str, TraceValue]:
+def _seed_trace(chunk: SelectedChunk, mode: Mode) -> dict[str, TraceValue]:
     return {
+        "scar_mode": mode,
         "scar_origin": "seed",
         "scar_expanded": True,
         "scar_seed_id": chunk.chunk_id,
@@ -71,9 +75,10 @@ def _seed_trace(chunk: SelectedChunk) -> dict[str, TraceValue]:
     }
 
 
-def _neighbor_trace(chunk: SelectedChunk) -> dict[str, TraceValue]:
+def _neighbor_trace(chunk: SelectedChunk, mode: Mode) -> dict[str, TraceValue]:
     decision = chunk.decision
     trace: dict[str, TraceValue] = {
+        "scar_mode": mode,
         "scar_origin": "neighbor",
         "scar_expanded": True,
         "scar_seed_id": chunk.seed_id,
@@ -94,13 +99,14 @@ def _neighbor_trace(chunk: SelectedChunk) -> dict[str, TraceValue]:
     return trace
 
 
-def unexpanded(seeds: Sequence[NodeWithScore], error_name: str) -> list[NodeWithScore]:
+def unexpanded(seeds: Sequence[NodeWithScore], error_name: str, mode: Mode) -> list[NodeWithScore]:
     """Return the seeds alone, marked as not expanded because of ``error_name``."""
     return [
         NodeWithScore(
             node=with_trace(
                 scored.node,
                 {
+                    "scar_mode": mode,
                     "scar_origin": "seed",
                     "scar_expanded": False,
                     "scar_error": error_name,
@@ -114,7 +120,8 @@ def unexpanded(seeds: Sequence[NodeWithScore], error_name: str) -> list[NodeWith
     ]
 
 
-def _records(nodes: Mapping[str, BaseNode], links: NodeLinks) -> dict[str, ChunkRecord]:
+def records_of(nodes: Mapping[str, BaseNode], links: NodeLinks) -> dict[str, ChunkRecord]:
+    """The text (metadata not included), document and offset of each node, for assembly."""
     return {
         node_id: ChunkRecord(
             chunk_id=node_id,
@@ -133,6 +140,7 @@ def expanded(
     graph: NeighborGraph,
     links: NodeLinks,
     merge_passages: bool,
+    mode: Mode,
 ) -> list[NodeWithScore]:
     """Return the selected nodes in passage order (or one node per passage when merging).
 
@@ -140,22 +148,24 @@ def expanded(
     order. Seeds keep the retriever's score; a neighbour's score is the ``S`` that admitted it.
     """
     selected = {chunk.chunk_id: nodes[chunk.chunk_id] for chunk in result.selected}
-    passages = assemble_passages(result, _records(selected, links), graph)
+    passages = assemble_passages(result, records_of(selected, links), graph)
     output: list[NodeWithScore] = []
     for passage in passages:
         if merge_passages and len(passage.chunks) > 1:
-            output.append(_merged(passage, seeds, selected))
+            output.append(_merged(passage, seeds, selected, mode))
             continue
         for chunk in passage.chunks:
             if chunk.origin == "seed":
                 seed = seeds[chunk.chunk_id]
                 output.append(
-                    NodeWithScore(node=with_trace(seed.node, _seed_trace(chunk)), score=seed.score)
+                    NodeWithScore(
+                        node=with_trace(seed.node, _seed_trace(chunk, mode)), score=seed.score
+                    )
                 )
             else:
                 output.append(
                     NodeWithScore(
-                        node=with_trace(selected[chunk.chunk_id], _neighbor_trace(chunk)),
+                        node=with_trace(selected[chunk.chunk_id], _neighbor_trace(chunk, mode)),
                         score=chunk.score,
                     )
                 )
@@ -163,7 +173,10 @@ def expanded(
 
 
 def _merged(
-    passage: Passage, seeds: Mapping[str, NodeWithScore], nodes: Mapping[str, BaseNode]
+    passage: Passage,
+    seeds: Mapping[str, NodeWithScore],
+    nodes: Mapping[str, BaseNode],
+    mode: Mode,
 ) -> NodeWithScore:
     """One text node for a contiguous passage, carrying its best seed's metadata and score."""
     seed_chunks = [chunk for chunk in passage.chunks if chunk.origin == "seed"]
@@ -173,6 +186,7 @@ def _merged(
     last = nodes[passage.chunks[-1].chunk_id]
     ids = passage.chunk_ids
     trace: dict[str, TraceValue] = {
+        "scar_mode": mode,
         "scar_origin": "passage",
         "scar_expanded": True,
         "scar_seed_id": best.chunk_id,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import math
+import numbers
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -18,6 +20,13 @@ from llama_index.core.settings import Settings
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
+from scar_core.assembly import trim_to_token_budget
+from scar_core.budget import (
+    DEFAULT_BUDGET,
+    DEFAULT_CONTINUITY_BONUS,
+    DEFAULT_SEEDS,
+    BudgetSettings,
+)
 from scar_core.errors import (
     EmbeddingError,
     InvalidSettingsError,
@@ -25,10 +34,21 @@ from scar_core.errors import (
     NeighborFetchError,
     ScarError,
 )
-from scar_core.settings import DEFAULT_GAMMA, DEFAULT_LAMBDA, DEFAULT_WINDOW, ScarSettings
+from scar_core.graph import NeighborGraph
+from scar_core.policy import ExpansionResult
+from scar_core.settings import (
+    DEFAULT_GAMMA,
+    DEFAULT_LAMBDA,
+    DEFAULT_WINDOW,
+    ScarSettings,
+    validate_k,
+    validate_window,
+)
+from scar_core.tokens import TokenCounter, tiktoken_counter
+from scar_llamaindex._budget import BudgetRun
 from scar_llamaindex._expansion import ExpansionRun
 from scar_llamaindex._links import NodeLinks
-from scar_llamaindex._output import expanded, unexpanded
+from scar_llamaindex._output import Mode, expanded, records_of, unexpanded
 from scar_llamaindex._vectors import (
     MemoryTextVectorCache,
     TextVectorCache,
@@ -52,12 +72,23 @@ _ON_ERROR_VALUES: tuple[str, ...] = ("raise", "return_seeds")
 
 
 class SCARNodePostprocessor(BaseNodePostprocessor):
-    """Add each retrieved node's neighbours when they continue its evidence (SCAR).
+    """Add retrieved nodes' neighbours when they continue the evidence (SCAR).
 
-    For a retrieved node ``c`` and an adjacent node ``n`` of the same document, with
-    ``b = 1 - cos(e_c, e_n)`` and ``S = cos(e_q, e_n) - lambda_ * b``, ``n`` is added when
-    ``S > gamma * cos(e_q, e_c)``. Cosines come from the vectors, never from the retriever's
-    scores, which may be distances. Retrieved nodes are never dropped.
+    For a node ``c`` and an adjacent node ``n`` of the same document, with
+    ``b = 1 - cos(e_c, e_n)``, SCAR scores ``n`` by ``S = cos(e_q, e_n) - lambda_ * b``. Cosines
+    come from the vectors, never from the retriever's scores, which may be distances. Two modes:
+
+    * **Budget mode, the default** (``budget=10``): return ``budget`` nodes. The ``min_seeds``
+      best incoming nodes (default 3) are always kept. The other incoming nodes are candidates:
+      they compete for the remaining slots with the neighbours of the nodes already selected.
+      An incoming node ``x`` bids ``cos(e_q, e_x)``, a neighbour bids ``S + continuity_bonus``,
+      and the highest bid takes each slot. A passage may grow as far as the budget lets it
+      (``window=None``). Retrieve about ``budget`` nodes (``similarity_top_k=10``) so that
+      candidates compete with expansion. With fewer, the free slots go to the best neighbours.
+      With more, the candidates that win no slot are left out, and a warning is logged once.
+      The ``min_seeds`` best are never left out.
+    * **Plain mode, the paper's rule** (``budget=None``): every incoming node is kept and adds
+      ``n`` when ``S > gamma * cos(e_q, e_c)``, up to ``window`` steps away (default 1).
 
     Setup:
         Install the LlamaIndex extra: ``pip install 'scar-retrieval[llamaindex]'``.
@@ -66,7 +97,15 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         docstore: Where neighbour nodes are fetched first (``index.docstore``).
         vector_store: Where neighbours missing from the docstore, and stored vectors, are
             fetched (``index.vector_store``). Give it when nodes live only in a vector database.
-        lambda_, gamma, window, direction: The SCAR rule's settings (paper: 0.1, 0.8, 1, both).
+        budget: Nodes returned in budget mode (default 10); ``None`` selects plain mode.
+        min_seeds: Incoming nodes always kept in budget mode (default 3), ``<= budget``.
+        continuity_bonus: Credit of a neighbour continuing a passage, in cosine units (default
+            0.2, measured for all-MiniLM-L6-v2; ``scar calibrate`` estimates it for your model).
+        lambda_, gamma, window, direction: The rule's settings (paper: 0.1, 0.8, 1, both);
+            ``gamma`` applies in plain mode only. ``window=None`` means no limit but the budget
+            in budget mode and the paper's 1 in plain mode.
+        max_tokens: Token budget of the nodes' text (metadata not counted), counted with
+            ``token_counter`` (tiktoken's cl100k_base by default).
         merge_passages: Return one node per contiguous passage instead of one per chunk.
         on_error: ``"raise"`` (default) or ``"return_seeds"`` when a store or the embed model
             fails.
@@ -79,40 +118,76 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
 
             from scar_llamaindex import SCARNodePostprocessor
 
-            postprocessor = SCARNodePostprocessor.from_index(index, lambda_=0.1, gamma=0.8)
+            postprocessor = SCARNodePostprocessor.from_index(index)  # budget mode, 10 nodes
+            # The paper's rule, exactly (lambda 0.1, gamma 0.8, window 1):
+            paper = SCARNodePostprocessor.from_index(index, budget=None)
             # or, giving the stores yourself:
-            postprocessor = SCARNodePostprocessor(
-                docstore=index.docstore, lambda_=0.1, gamma=0.8, window=1
-            )
+            postprocessor = SCARNodePostprocessor(docstore=index.docstore, budget=8, min_seeds=2)
 
     Use within a query engine:
         .. code-block:: python
 
-            engine = index.as_query_engine(similarity_top_k=5, node_postprocessors=[postprocessor])
+            engine = index.as_query_engine(similarity_top_k=10, node_postprocessors=[postprocessor])
             response = engine.query("How is the connection closed?")
 
     Output:
-        Passages ordered by their best retrieved node's rank; nodes within a passage in document
-        order; no duplicates. Retrieved nodes keep their scores; an added neighbour's score is
+        Passages ordered by their best incoming node's rank; nodes within a passage in document
+        order; no duplicates. Incoming nodes keep their scores; an added neighbour's score is
         its ``S``. Each returned node is a copy whose metadata holds the decision trace under
-        ``scar_*`` keys (origin, seed id, ``S``, threshold, boundary penalty), excluded from the
-        LLM's and the embedder's view of the node.
+        ``scar_*`` keys (mode, origin, seed id, ``S``, threshold, boundary penalty), excluded
+        from the LLM's and the embedder's view of the node. In budget mode a neighbour's
+        threshold is the bid it beat, less the continuity bonus, so ``S > threshold`` holds as in
+        plain mode.
     """
 
+    budget: int | None = Field(
+        default=DEFAULT_BUDGET,
+        description=(
+            "Budget mode (the default): the number of nodes returned, >= min_seeds. None selects "
+            "plain mode (the paper's rule)."
+        ),
+    )
+    min_seeds: int = Field(
+        default=DEFAULT_SEEDS,
+        description=(
+            "Budget mode: the best incoming nodes always kept; the others compete with "
+            "neighbours for the remaining slots."
+        ),
+    )
+    continuity_bonus: float = Field(
+        default=DEFAULT_CONTINUITY_BONUS,
+        description=(
+            "Budget mode: added to a neighbour's S when it bids against an incoming node, in "
+            "cosine units, >= 0 (0.2 for all-MiniLM-L6-v2; `scar calibrate` estimates it)."
+        ),
+    )
     lambda_: float = Field(
         default=DEFAULT_LAMBDA,
         description="Weight of the boundary penalty b = 1 - cos(e_c, e_n); >= 0 (0 disables it).",
     )
     gamma: float = Field(
         default=DEFAULT_GAMMA,
-        description="Relative threshold in (0, 1]: a neighbour needs S > gamma * cos(q, seed).",
+        description=(
+            "Plain mode: relative threshold in (0, 1]; a neighbour needs S > gamma * cos(q, seed)."
+        ),
     )
-    window: int = Field(
-        default=DEFAULT_WINDOW,
-        description="How many steps from a retrieved node a neighbour may lie (integer >= 1).",
+    window: int | None = Field(
+        default=None,
+        description=(
+            "How many steps from an incoming node a neighbour may lie (integer >= 1). None: as "
+            "far as the budget allows in budget mode, 1 (the paper's) in plain mode."
+        ),
     )
     direction: DirectionSetting = Field(
         default="both", description="Which side to expand: 'both', 'previous' or 'next'."
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        description=(
+            "Token budget of the output's text (metadata not counted). Budget mode: a node that "
+            "would overflow it is passed over. Plain mode: the weakest neighbours at passage "
+            "ends are dropped until it fits. Seeds are never dropped."
+        ),
     )
     merge_passages: bool = Field(
         default=False,
@@ -122,7 +197,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         default="raise",
         description=(
             "When a store or the embed model fails: 'raise' (the cause chained) or "
-            "'return_seeds' (the retrieved nodes alone, marked scar_expanded=False)."
+            "'return_seeds' (the incoming nodes alone, marked scar_expanded=False)."
         ),
     )
     previous_id_key: str | None = Field(
@@ -141,16 +216,23 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     _source: NeighborSource = PrivateAttr()
     _embed_model: BaseEmbedding | None = PrivateAttr(default=None)
     _vector_cache: TextVectorCache = PrivateAttr()
+    _token_counter: TokenCounter | None = PrivateAttr(default=None)
+    _warned_over_budget: bool = PrivateAttr(default=False)
 
     def __init__(
         self,
         docstore: BaseDocumentStore | None = None,
         vector_store: BasePydanticVectorStore | None = None,
         *,
+        budget: int | None = DEFAULT_BUDGET,
+        min_seeds: int = DEFAULT_SEEDS,
+        continuity_bonus: float = DEFAULT_CONTINUITY_BONUS,
         lambda_: float = DEFAULT_LAMBDA,
         gamma: float = DEFAULT_GAMMA,
-        window: int = DEFAULT_WINDOW,
+        window: int | None = None,
         direction: DirectionSetting = "both",
+        max_tokens: int | None = None,
+        token_counter: Callable[[str], int] | None = None,
         merge_passages: bool = False,
         on_error: OnError = "raise",
         previous_id_key: str | None = None,
@@ -160,7 +242,8 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         neighbor_source: NeighborSource | None = None,
         vector_cache: TextVectorCache | None = None,
     ) -> None:
-        ScarSettings(lambda_=lambda_, gamma=gamma, window=window, direction=direction)
+        _validate_rule(budget, min_seeds, continuity_bonus, lambda_, gamma, window, direction)
+        _validate_max_tokens(max_tokens, min_seeds if budget is not None else 1)
         _validate_choices(merge_passages, on_error, previous_id_key, next_id_key, document_id_key)
         source = _choose_source(docstore, vector_store, neighbor_source)
         if embed_model is not None and not isinstance(embed_model, BaseEmbedding):
@@ -168,11 +251,20 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 f"embed_model={embed_model!r} is not valid; it must be a LlamaIndex BaseEmbedding "
                 "(for a scar_core embedder, wrap it in scar_llamaindex.ScarEmbedding)."
             )
+        if token_counter is not None and not callable(token_counter):
+            raise InvalidSettingsError(
+                f"token_counter={token_counter!r} is not valid; it must be a function from a "
+                "text to its number of tokens."
+            )
         super().__init__(  # type: ignore[call-arg]  # pydantic fields declared above
+            budget=budget,
+            min_seeds=min_seeds,
+            continuity_bonus=continuity_bonus,
             lambda_=lambda_,
             gamma=gamma,
             window=window,
             direction=direction,
+            max_tokens=max_tokens,
             merge_passages=merge_passages,
             on_error=on_error,
             previous_id_key=previous_id_key,
@@ -182,16 +274,25 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         self._source = source
         self._embed_model = embed_model
         self._vector_cache = vector_cache if vector_cache is not None else MemoryTextVectorCache()
+        self._token_counter = token_counter
+        if max_tokens is not None and token_counter is None:
+            # Resolved now so that a missing tokenizer fails at construction, not mid-query.
+            self._token_counter = tiktoken_counter()
 
     @classmethod
     def from_index(
         cls,
         index: VectorStoreIndex,
         *,
+        budget: int | None = DEFAULT_BUDGET,
+        min_seeds: int = DEFAULT_SEEDS,
+        continuity_bonus: float = DEFAULT_CONTINUITY_BONUS,
         lambda_: float = DEFAULT_LAMBDA,
         gamma: float = DEFAULT_GAMMA,
-        window: int = DEFAULT_WINDOW,
+        window: int | None = None,
         direction: DirectionSetting = "both",
+        max_tokens: int | None = None,
+        token_counter: Callable[[str], int] | None = None,
         merge_passages: bool = False,
         on_error: OnError = "raise",
         vector_cache: TextVectorCache | None = None,
@@ -203,10 +304,16 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
 
         Args:
             index: The index whose query engine the postprocessor will serve.
+            budget: Nodes returned (budget mode); ``None`` for plain mode, the paper's rule.
+            min_seeds: Incoming nodes always kept in budget mode, ``<= budget``.
+            continuity_bonus: Budget mode's credit for continuing a passage, ``>= 0``.
             lambda_: Boundary-penalty weight, ``>= 0``.
-            gamma: Relative threshold in ``(0, 1]``.
-            window: Maximum steps from a retrieved node, integer ``>= 1``.
+            gamma: Plain mode's relative threshold in ``(0, 1]``.
+            window: Maximum steps from an incoming node, integer ``>= 1``, or ``None`` (no limit
+                but the budget in budget mode; 1 in plain mode).
             direction: ``"both"``, ``"previous"`` or ``"next"``.
+            max_tokens: Token budget of the output's text, or ``None``.
+            token_counter: Counts tokens for ``max_tokens`` (tiktoken's cl100k_base by default).
             merge_passages: Return one node per contiguous passage.
             on_error: ``"raise"`` or ``"return_seeds"``.
             vector_cache: A persistent cache for embedded nodes (e.g.
@@ -218,10 +325,15 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         return cls(
             docstore=index.docstore,
             vector_store=index.vector_store,
+            budget=budget,
+            min_seeds=min_seeds,
+            continuity_bonus=continuity_bonus,
             lambda_=lambda_,
             gamma=gamma,
             window=window,
             direction=direction,
+            max_tokens=max_tokens,
+            token_counter=token_counter,
             merge_passages=merge_passages,
             on_error=on_error,
             embed_model=index._embed_model,
@@ -234,10 +346,51 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         return "SCARNodePostprocessor"
 
     @property
+    def mode(self) -> Mode:
+        """``"budget"`` when ``budget`` is set, ``"plain"`` (the paper's rule) when it is None."""
+        return "plain" if self.budget is None else "budget"
+
+    @property
     def settings(self) -> ScarSettings:
-        """The SCAR rule's settings, validated (a bad assignment raises here)."""
+        """The plain rule's settings, validated (a bad assignment raises here)."""
         return ScarSettings(
-            lambda_=self.lambda_, gamma=self.gamma, window=self.window, direction=self.direction
+            lambda_=self.lambda_,
+            gamma=self.gamma,
+            window=DEFAULT_WINDOW if self.window is None else self.window,
+            direction=self.direction,
+        )
+
+    def budget_settings(self, incoming: int) -> BudgetSettings:
+        """The budget mode's settings for a call that receives ``incoming`` distinct nodes.
+
+        ``min_seeds`` is capped at ``incoming``: all of fewer nodes are kept.
+
+        Raises:
+            InvalidSettingsError: In plain mode (``budget=None``), or if a setting is invalid.
+        """
+        if self.budget is None:
+            raise InvalidSettingsError(
+                "budget=None selects plain mode, which has no budget settings; set budget= to a "
+                "number of nodes."
+            )
+        _validate_rule(
+            self.budget,
+            self.min_seeds,
+            self.continuity_bonus,
+            self.lambda_,
+            self.gamma,
+            self.window,
+            self.direction,
+        )
+        _validate_max_tokens(self.max_tokens, self.min_seeds)
+        return BudgetSettings(
+            max_chunks=int(self.budget),
+            continuity_bonus=float(self.continuity_bonus),
+            lambda_=float(self.lambda_),
+            min_seeds=max(1, min(int(self.min_seeds), incoming)),
+            window=None if self.window is None else int(self.window),
+            direction=self.direction,
+            max_tokens=None if self.max_tokens is None else int(self.max_tokens),
         )
 
     @property
@@ -261,6 +414,8 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         if not nodes:
             return []
         bundle = _require_query(query_bundle)
+        if self.budget is not None:
+            return self._select_within_budget(nodes, bundle)
         run = self._start(nodes)
         try:
             query_vector = self._query_vector(bundle)
@@ -269,7 +424,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 run.absorb(node_ids, self._fetch(node_ids, vector_ids))
             run.add_vectors(self._embed_nodes(run.nodes_without_vectors()))
         except (NeighborFetchError, EmbeddingError) as error:
-            return self._fall_back(run, error)
+            return self._fall_back(list(run.seeds.values()), error)
         return self._finish(run, query_vector)
 
     async def _apostprocess_nodes(
@@ -281,20 +436,57 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         if not nodes:
             return []
         bundle = _require_query(query_bundle)
+        if self.budget is not None:
+            return await self._aselect_within_budget(nodes, bundle)
         run = self._start(nodes)
         try:
             query_vector = await self._aquery_vector_while_fetching(bundle, run)
             run.add_vectors(await self._aembed_nodes(run.nodes_without_vectors()))
         except (NeighborFetchError, EmbeddingError) as error:
-            return self._fall_back(run, error)
+            return self._fall_back(list(run.seeds.values()), error)
         return self._finish(run, query_vector)
+
+    def _select_within_budget(
+        self, nodes: list[NodeWithScore], bundle: QueryBundle
+    ) -> list[NodeWithScore]:
+        run = self._start_budget(nodes)
+        try:
+            query_vector = self._query_vector(bundle)
+            while (request := run.next_request()) is not None:
+                node_ids, vector_ids = request
+                run.absorb(node_ids, self._fetch(node_ids, vector_ids))
+            while True:
+                run.add_vectors(self._embed_nodes(run.nodes_without_vectors()))
+                missing = run.attempt(query_vector)
+                if not missing:
+                    break
+                run.absorb_missing(missing, self._fetch(missing, []))
+        except (NeighborFetchError, EmbeddingError) as error:
+            return self._fall_back(list(run.seeds.values()), error)
+        return self._finish_budget(run)
+
+    async def _aselect_within_budget(
+        self, nodes: list[NodeWithScore], bundle: QueryBundle
+    ) -> list[NodeWithScore]:
+        run = self._start_budget(nodes)
+        try:
+            query_vector = await self._aquery_vector_while_fetching(bundle, run)
+            while True:
+                run.add_vectors(await self._aembed_nodes(run.nodes_without_vectors()))
+                missing = run.attempt(query_vector)
+                if not missing:
+                    break
+                run.absorb_missing(missing, await self._afetch(missing, []))
+        except (NeighborFetchError, EmbeddingError) as error:
+            return self._fall_back(list(run.seeds.values()), error)
+        return self._finish_budget(run)
 
     # -- steps shared by both paths -----------------------------------------------------------
 
     def _links(self) -> NodeLinks:
         return NodeLinks(self.previous_id_key, self.next_id_key, self.document_id_key)
 
-    def _start(self, nodes: Sequence[NodeWithScore]) -> ExpansionRun:
+    def _check_choices(self) -> None:
         # Fields can be reassigned after construction; check them again (it costs microseconds).
         _validate_choices(
             self.merge_passages,
@@ -303,20 +495,82 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             self.next_id_key,
             self.document_id_key,
         )
+
+    def _start(self, nodes: Sequence[NodeWithScore]) -> ExpansionRun:
+        self._check_choices()
+        _validate_max_tokens(self.max_tokens, 1)
         return ExpansionRun(nodes, self.settings, self._links())
+
+    def _start_budget(self, nodes: Sequence[NodeWithScore]) -> BudgetRun:
+        self._check_choices()
+        incoming = len({scored.node.node_id for scored in nodes})
+        settings = self.budget_settings(incoming)
+        if incoming > settings.max_chunks:
+            self._report_over_budget(incoming, settings.max_chunks)
+        counter = self._resolve_token_counter() if settings.max_tokens is not None else None
+        return BudgetRun(nodes, settings, self._links(), counter)
+
+    def _report_over_budget(self, incoming: int, budget: int) -> None:
+        message = (
+            "%d nodes arrived for a budget of %d: the incoming nodes that win no slot are left "
+            "out (the best min_seeds are always kept). Lower similarity_top_k to the budget, or "
+            "raise budget, to keep them all."
+        )
+        if not self._warned_over_budget:
+            self._warned_over_budget = True
+            logger.warning(message, incoming, budget)
+        else:
+            logger.debug(message, incoming, budget)
+
+    def _resolve_token_counter(self) -> TokenCounter:
+        if self._token_counter is None:
+            self._token_counter = tiktoken_counter()
+        return self._token_counter
 
     def _finish(self, run: ExpansionRun, query_vector: npt.ArrayLike) -> list[NodeWithScore]:
         graph = run.graph()
-        result = run.decide(query_vector, graph)
-        return expanded(result, run.seeds, run.known, graph, run.links, self.merge_passages)
+        result = self._trimmed(run.decide(query_vector, graph), run, graph)
+        return expanded(
+            result, run.seeds, run.known, graph, run.links, self.merge_passages, "plain"
+        )
 
-    def _fall_back(self, run: ExpansionRun, error: ScarError) -> list[NodeWithScore]:
+    def _finish_budget(self, run: BudgetRun) -> list[NodeWithScore]:
+        assert run.result is not None
+        graph = run.walk.graph()
+        for skipped in run.result.skipped:
+            if skipped.reason == "invalid_vector":
+                logger.warning(
+                    "skipped neighbour %r of %r: its vector is unusable (%s)",
+                    skipped.neighbor_id,
+                    skipped.seed_id,
+                    skipped.detail,
+                )
+        result = self._trimmed(run.result, run.walk, graph)
+        return expanded(
+            result, run.seeds, run.walk.known, graph, run.walk.links, self.merge_passages, "budget"
+        )
+
+    def _trimmed(
+        self, result: ExpansionResult, run: ExpansionRun, graph: NeighborGraph
+    ) -> ExpansionResult:
+        """Apply ``max_tokens`` to the assembled passages (budget mode counted node by node).
+
+        In budget mode the selection already fits, counted node by node; stitching overlapping
+        nodes only shortens the text, so the check there is a safety net.
+        """
+        if self.max_tokens is None:
+            return result
+        selected = {chunk.chunk_id: run.known[chunk.chunk_id] for chunk in result.selected}
+        records = records_of(selected, run.links)
+        return trim_to_token_budget(
+            result, records, int(self.max_tokens), self._resolve_token_counter(), graph
+        )
+
+    def _fall_back(self, seeds: list[NodeWithScore], error: ScarError) -> list[NodeWithScore]:
         if self.on_error == "raise":
             raise error
-        logger.warning(
-            "SCAR returned the %d retrieved node(s) unexpanded: %s", len(run.seeds), error
-        )
-        return unexpanded(list(run.seeds.values()), type(error).__name__)
+        logger.warning("SCAR returned the %d retrieved node(s) unexpanded: %s", len(seeds), error)
+        return unexpanded(seeds, type(error).__name__, self.mode)
 
     def _resolve_embed_model(self) -> BaseEmbedding:
         if self._embed_model is not None:
@@ -354,7 +608,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             raise _embedding_failed(model, "the query", error) from error
 
     async def _aquery_vector_while_fetching(
-        self, bundle: QueryBundle, run: ExpansionRun
+        self, bundle: QueryBundle, run: ExpansionRun | BudgetRun
     ) -> npt.ArrayLike:
         """Embed the query and fetch the neighbours concurrently; they do not depend on each other.
 
@@ -379,16 +633,18 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         except Exception as error:
             raise self._fetch_failed(node_ids, vector_ids, error) from error
 
-    async def _afetch_all(self, run: ExpansionRun) -> None:
+    async def _afetch(self, node_ids: list[str], vector_ids: list[str]) -> FetchedNodes:
+        try:
+            return await self._source.afetch(node_ids, vector_ids)
+        except ScarError:
+            raise
+        except Exception as error:
+            raise self._fetch_failed(node_ids, vector_ids, error) from error
+
+    async def _afetch_all(self, run: ExpansionRun | BudgetRun) -> None:
         while (request := run.next_request()) is not None:
             node_ids, vector_ids = request
-            try:
-                fetched = await self._source.afetch(node_ids, vector_ids)
-            except ScarError:
-                raise
-            except Exception as error:
-                raise self._fetch_failed(node_ids, vector_ids, error) from error
-            run.absorb(node_ids, fetched)
+            run.absorb(node_ids, await self._afetch(node_ids, vector_ids))
 
     def _fetch_failed(
         self, node_ids: list[str], vector_ids: list[str], error: Exception
@@ -455,6 +711,62 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _validate_rule(
+    budget: int | None,
+    min_seeds: int,
+    continuity_bonus: float,
+    lambda_: float,
+    gamma: float,
+    window: int | None,
+    direction: DirectionSetting,
+) -> None:
+    """Check the rule's settings in both modes, naming a bad value and its valid range.
+
+    Values may be assigned after construction without pydantic's checks, so each is checked at
+    run time.
+    """
+    if window is not None:
+        validate_window(window)
+    ScarSettings(
+        lambda_=lambda_,
+        gamma=gamma,
+        window=DEFAULT_WINDOW if window is None else window,
+        direction=direction,
+    )
+    validate_k(min_seeds, "min_seeds")
+    bonus = continuity_bonus
+    if (
+        not isinstance(bonus, numbers.Real)
+        or isinstance(bonus, (bool, np.bool_))
+        or not math.isfinite(bonus)
+        or bonus < 0
+    ):
+        raise InvalidSettingsError(
+            f"continuity_bonus={bonus!r} is not valid; it must be a finite number >= 0 "
+            "(0.2 for all-MiniLM-L6-v2; `scar calibrate` estimates it for your model)."
+        )
+    if budget is None:
+        return
+    validate_k(budget, "budget")
+    if budget < min_seeds:
+        raise InvalidSettingsError(
+            f"budget={budget} is smaller than min_seeds={min_seeds}: a budget smaller than the "
+            "number of seeds cannot keep them all. Raise budget, lower min_seeds, or pass "
+            "budget=None for plain SCAR."
+        )
+
+
+def _validate_max_tokens(max_tokens: int | None, seeds: int) -> None:
+    if max_tokens is None:
+        return
+    validate_k(max_tokens, "max_tokens")
+    if max_tokens < seeds:
+        raise InvalidSettingsError(
+            f"max_tokens={max_tokens} is smaller than min_seeds={seeds}; the budget must leave "
+            "at least one token per seed (seeds are never dropped)."
+        )
 
 
 def _validate_choices(

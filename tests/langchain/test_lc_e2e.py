@@ -93,7 +93,9 @@ def test_chain_answers_from_scar_passages(
 
     links = {c.id: (c.metadata.get("scar_prev_id"), c.metadata.get("scar_next_id")) for c in chunks}
     vectors = {cid: np.asarray(entry["vector"]) for cid, entry in store.store.items()}
-    for question, prompt_text in zip(QUESTIONS, seen_prompts, strict=True):
+    for question in QUESTIONS:
+        # batch runs the questions in threads: find each one's prompt by its question.
+        [prompt_text] = [p for p in seen_prompts if f"Question: {question}" in p]
         docs = retriever.invoke(question)
         assert len(docs) == 2
         json.dumps([d.metadata for d in docs])
@@ -128,3 +130,25 @@ def test_chain_answers_from_scar_passages(
     # The top passage of each question comes from the right document.
     tops = [retriever.invoke(q)[0].metadata["source"] for q in QUESTIONS]
     assert tops == ["rfc9293.txt", "gdpr.txt", "bread.txt"]
+
+
+def test_the_default_budget_mode_on_minilm_selects_what_the_core_selects(
+    setup: tuple[InMemoryVectorStore, list[Document], ScarEmbeddings],
+) -> None:
+    from scar_core.budget import default_budget_settings, select_within_budget
+
+    store, chunks, embeddings = setup
+    retriever = SCARRetriever(vectorstore=store)
+    links = {c.id: (c.metadata.get("scar_prev_id"), c.metadata.get("scar_next_id")) for c in chunks}
+    vectors = {cid: np.asarray(entry["vector"]) for cid, entry in store.store.items()}
+    for question in QUESTIONS:
+        docs = retriever.invoke(question)
+        query = np.asarray(embeddings.embed_query(question))
+        hits = store.similarity_search_by_vector(query.tolist(), k=10)
+        expected = select_within_budget(
+            query, [d.id for d in hits], links, vectors, default_budget_settings()
+        )
+        returned = [cid for doc in docs for cid in doc.metadata["scar_chunk_ids"]]
+        assert sorted(returned) == sorted(expected.chunk_ids)
+        assert len(returned) == min(10, len(chunks))
+        assert docs[0].metadata["scar_mode"] == "budget"

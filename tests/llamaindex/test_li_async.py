@@ -60,7 +60,7 @@ class CountingSource:
 async def test_async_path_embeds_the_query_when_the_bundle_has_no_embedding() -> None:
     model = table()
     chain = linked_nodes(TEXTS)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model)
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain), embed_model=model)
     bundle = QueryBundle(QUERY)
     assert bundle.embedding is None
     output = await scar.apostprocess_nodes(scored([chain[2]], [0.5]), bundle)
@@ -72,7 +72,7 @@ async def test_async_path_embeds_the_query_when_the_bundle_has_no_embedding() ->
 async def test_async_path_reuses_a_filled_query_embedding() -> None:
     model = table()
     chain = linked_nodes(TEXTS, vectors=[unit(a) for a in ANGLES])
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model)
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain), embed_model=model)
     await scar.apostprocess_nodes(scored([chain[2]], [0.5]), QueryBundle(QUERY, embedding=unit(0)))
     assert model.embedded_queries == []
     assert model.embedded_texts == []
@@ -82,7 +82,7 @@ async def test_async_path_runs_in_the_event_loop_thread_with_async_fetches() -> 
     model = table()
     chain = linked_nodes(TEXTS)
     source = CountingSource(chain)
-    scar = SCARNodePostprocessor(neighbor_source=source, embed_model=model, window=2)
+    scar = SCARNodePostprocessor(budget=None, neighbor_source=source, embed_model=model, window=2)
     await scar.apostprocess_nodes(scored([chain[2]], [0.5]), QueryBundle(QUERY))
     loop_thread = threading.get_ident()
     assert (source.sync_calls, source.async_calls) == (0, 2)
@@ -97,10 +97,10 @@ async def test_sync_and_async_paths_agree(window: int, merge_passages: bool) -> 
     seeds = scored([chain[2], chain[4]], [0.5, 0.1])
     settings = {"window": window, "merge_passages": merge_passages}
     sync_out = SCARNodePostprocessor(
-        docstore=docstore_of(chain), embed_model=table(), **settings
+        budget=None, docstore=docstore_of(chain), embed_model=table(), **settings
     ).postprocess_nodes(seeds, QueryBundle(QUERY))
     async_out = await SCARNodePostprocessor(
-        docstore=docstore_of(chain), embed_model=table(), **settings
+        budget=None, docstore=docstore_of(chain), embed_model=table(), **settings
     ).apostprocess_nodes(seeds, QueryBundle(QUERY))
     assert ids_and_scores(async_out) == ids_and_scores(sync_out)
     assert [item.node.metadata for item in async_out] == [item.node.metadata for item in sync_out]
@@ -118,7 +118,7 @@ async def test_async_retrieval_through_a_vector_store_only_index() -> None:
     model.embedded_queries.clear()
     retriever = index.as_retriever(similarity_top_k=1)
     seeds = await retriever.aretrieve(QUERY)
-    scar = SCARNodePostprocessor.from_index(index)
+    scar = SCARNodePostprocessor.from_index(index, budget=None)
     output = await scar.apostprocess_nodes(seeds, QueryBundle(QUERY))
     assert [item.node.node_id for item in output] == ["n1", "n2", "n3"]
     # One query embedding for retrieval, one for SCAR (the async retriever does not share it);

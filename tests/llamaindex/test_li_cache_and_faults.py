@@ -42,7 +42,7 @@ def table(model_name: str = "table") -> TableEmbedding:
 def test_each_node_is_embedded_once_across_calls() -> None:
     model = table()
     chain = linked_nodes(TEXTS)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model)
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain), embed_model=model)
     bundle = QueryBundle(QUERY, embedding=unit(0.0))
     first = scar.postprocess_nodes(scored([chain[2]], [0.5]), bundle)
     assert sorted(model.embedded_texts) == ["chunk 1", "chunk 2", "chunk 3"]
@@ -56,7 +56,7 @@ def test_each_node_is_embedded_once_across_calls() -> None:
 async def test_the_async_path_shares_the_cache() -> None:
     model = table()
     chain = linked_nodes(TEXTS)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model)
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain), embed_model=model)
     bundle = QueryBundle(QUERY, embedding=unit(0.0))
     scar.postprocess_nodes(scored([chain[2]], [0.5]), bundle)
     embedded = len(model.embedded_texts)
@@ -70,13 +70,13 @@ def test_a_persistent_vector_cache_survives_the_postprocessor(tmp_path: Path) ->
     with VectorCache(tmp_path / "vectors.sqlite") as cache:
         first_model = table()
         SCARNodePostprocessor(
-            docstore=docstore_of(chain), embed_model=first_model, vector_cache=cache
+            budget=None, docstore=docstore_of(chain), embed_model=first_model, vector_cache=cache
         ).postprocess_nodes(scored([chain[2]], [0.5]), bundle)
         assert len(first_model.embedded_texts) == 3
     with VectorCache(tmp_path / "vectors.sqlite") as cache:
         second_model = table()
         output = SCARNodePostprocessor(
-            docstore=docstore_of(chain), embed_model=second_model, vector_cache=cache
+            budget=None, docstore=docstore_of(chain), embed_model=second_model, vector_cache=cache
         ).postprocess_nodes(scored([chain[2]], [0.5]), bundle)
         assert second_model.embedded_texts == []
         assert [item.node.node_id for item in output] == ["n1", "n2", "n3"]
@@ -85,11 +85,13 @@ def test_a_persistent_vector_cache_survives_the_postprocessor(tmp_path: Path) ->
 def test_vectors_of_one_model_are_not_reused_for_another() -> None:
     chain = linked_nodes(TEXTS)
     bundle = QueryBundle(QUERY, embedding=unit(0.0))
-    shared = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=table("a")).vector_cache
+    shared = SCARNodePostprocessor(
+        budget=None, docstore=docstore_of(chain), embed_model=table("a")
+    ).vector_cache
     for name in ("a", "b"):
         model = table(name)
         SCARNodePostprocessor(
-            docstore=docstore_of(chain), embed_model=model, vector_cache=shared
+            budget=None, docstore=docstore_of(chain), embed_model=model, vector_cache=shared
         ).postprocess_nodes(scored([chain[2]], [0.5]), bundle)
         assert len(model.embedded_texts) == 3
 
@@ -101,7 +103,7 @@ def test_settings_embed_model_is_the_fallback(monkeypatch: pytest.MonkeyPatch) -
     model = table()
     monkeypatch.setattr(Settings, "_embed_model", model)
     chain = linked_nodes(TEXTS)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain))
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain))
     output = scar.postprocess_nodes(scored([chain[2]], [0.5]), QueryBundle(QUERY))
     assert [item.node.node_id for item in output] == ["n1", "n2", "n3"]
     assert model.embedded_queries == [QUERY]
@@ -110,7 +112,7 @@ def test_settings_embed_model_is_the_fallback(monkeypatch: pytest.MonkeyPatch) -
 def test_no_embed_model_anywhere_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Settings, "_embed_model", None)
     chain = linked_nodes(TEXTS)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain))
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain))
     with pytest.raises(EmbeddingError, match="Pass embed_model="):
         scar.postprocess_nodes(scored([chain[2]], [0.5]), QueryBundle(QUERY))
 
@@ -138,7 +140,9 @@ class BrokenEmbedding(TableEmbedding):
 
 def broken_store_postprocessor(on_error: Any) -> tuple[SCARNodePostprocessor, list]:
     chain = linked_nodes(TEXTS, vectors=[unit(a) for a in ANGLES])
-    scar = SCARNodePostprocessor(docstore=BrokenDocstore(), embed_model=table(), on_error=on_error)
+    scar = SCARNodePostprocessor(
+        budget=None, docstore=BrokenDocstore(), embed_model=table(), on_error=on_error
+    )
     return scar, scored([chain[2], chain[6]], [0.5, 0.4])
 
 
@@ -147,7 +151,9 @@ def broken_model_postprocessor(on_error: Any) -> tuple[SCARNodePostprocessor, li
     model = BrokenEmbedding(
         {t: unit(a) for t, a in zip(TEXTS, ANGLES, strict=True)}, {QUERY: unit(0.0)}
     )
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model, on_error=on_error)
+    scar = SCARNodePostprocessor(
+        budget=None, docstore=docstore_of(chain), embed_model=model, on_error=on_error
+    )
     return scar, scored([chain[2], chain[6]], [0.5, 0.4])
 
 
@@ -212,7 +218,7 @@ class SlowQueryEmbedding(TableEmbedding):
 async def test_a_failed_async_fetch_leaves_no_query_embedding_running() -> None:
     chain = linked_nodes(TEXTS, vectors=[unit(a) for a in ANGLES])
     model = SlowQueryEmbedding({}, {QUERY: unit(0.0)})
-    scar = SCARNodePostprocessor(docstore=BrokenDocstore(), embed_model=model)
+    scar = SCARNodePostprocessor(budget=None, docstore=BrokenDocstore(), embed_model=model)
     with pytest.raises(NeighborFetchError):
         await scar.apostprocess_nodes(scored([chain[2]], [0.5]), QueryBundle(QUERY))
     others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]

@@ -105,7 +105,7 @@ def test_index_is_chunked_into_linked_nodes(index: VectorStoreIndex) -> None:
 def test_as_query_engine_returns_what_scar_core_selects(
     index: VectorStoreIndex, query: str
 ) -> None:
-    scar = SCARNodePostprocessor.from_index(index)
+    scar = SCARNodePostprocessor.from_index(index, budget=None)
     engine = index.as_query_engine(similarity_top_k=3, node_postprocessors=[scar], llm=MockLLM())
     response = engine.query(query)
     seeds = index.as_retriever(similarity_top_k=3).retrieve(query)
@@ -117,7 +117,7 @@ def test_as_query_engine_returns_what_scar_core_selects(
 
 
 def test_scar_adds_neighbours_on_a_question_spanning_chunks(index: VectorStoreIndex) -> None:
-    scar = SCARNodePostprocessor.from_index(index)
+    scar = SCARNodePostprocessor.from_index(index, budget=None)
     engine = index.as_query_engine(similarity_top_k=2, node_postprocessors=[scar], llm=MockLLM())
     response = engine.query(QUERIES[0])
     origins = [item.node.metadata["scar_origin"] for item in response.source_nodes]
@@ -133,12 +133,17 @@ def test_the_documented_constructor_agrees_with_from_index(
     index: VectorStoreIndex, embed_model: ScarEmbedding
 ) -> None:
     documented = SCARNodePostprocessor(
-        docstore=index.docstore, lambda_=0.1, gamma=0.8, window=1, embed_model=embed_model
+        budget=None,
+        docstore=index.docstore,
+        lambda_=0.1,
+        gamma=0.8,
+        window=1,
+        embed_model=embed_model,
     )
     seeds = index.as_retriever(similarity_top_k=3).retrieve(QUERIES[1])
     bundle = QueryBundle(QUERIES[1], embedding=embed_model.get_query_embedding(QUERIES[1]))
     by_docstore = documented.postprocess_nodes(seeds, bundle)
-    by_index = SCARNodePostprocessor.from_index(index).postprocess_nodes(seeds, bundle)
+    by_index = SCARNodePostprocessor.from_index(index, budget=None).postprocess_nodes(seeds, bundle)
     assert [i.node.node_id for i in by_docstore] == [i.node.node_id for i in by_index]
     for mine, theirs in zip(by_docstore, by_index, strict=True):
         # Re-embedded (float32 through the cache) versus stored vectors: equal to rounding.
@@ -146,7 +151,7 @@ def test_the_documented_constructor_agrees_with_from_index(
 
 
 async def test_retriever_query_engine_sync_and_async_agree(index: VectorStoreIndex) -> None:
-    scar = SCARNodePostprocessor.from_index(index, window=2)
+    scar = SCARNodePostprocessor.from_index(index, budget=None, window=2)
     engine = RetrieverQueryEngine.from_args(
         index.as_retriever(similarity_top_k=3), node_postprocessors=[scar], llm=MockLLM()
     )
@@ -163,7 +168,7 @@ async def test_retriever_query_engine_sync_and_async_agree(index: VectorStoreInd
 
 
 async def test_as_query_engine_async_embeds_the_query_itself(index: VectorStoreIndex) -> None:
-    scar = SCARNodePostprocessor.from_index(index, merge_passages=True)
+    scar = SCARNodePostprocessor.from_index(index, budget=None, merge_passages=True)
     engine = index.as_query_engine(similarity_top_k=2, node_postprocessors=[scar], llm=MockLLM())
     response = await engine.aquery(QUERIES[0])
     sync_response = engine.query(QUERIES[0])
@@ -176,3 +181,34 @@ async def test_as_query_engine_async_embeds_the_query_itself(index: VectorStoreI
     assert any(item.node.metadata["scar_origin"] == "passage" for item in response.source_nodes)
     for item in response.source_nodes:
         assert " ".join(item.node.get_content().split()) in document_words
+
+
+@pytest.mark.parametrize("query", QUERIES)
+async def test_the_default_budget_mode_selects_what_select_within_budget_selects(
+    index: VectorStoreIndex, query: str
+) -> None:
+    from scar_core.budget import default_budget_settings, select_within_budget
+
+    scar = SCARNodePostprocessor.from_index(index)
+    engine = index.as_query_engine(similarity_top_k=10, node_postprocessors=[scar], llm=MockLLM())
+    response = engine.query(query)
+    seeds = index.as_retriever(similarity_top_k=10).retrieve(query)
+    nodes = index.docstore.docs
+    links = {
+        node_id: (
+            node.prev_node.node_id if node.prev_node else None,
+            node.next_node.node_id if node.next_node else None,
+        )
+        for node_id, node in nodes.items()
+    }
+    vectors = {i: np.array(v) for i, v in index.vector_store.data.embedding_dict.items()}
+    query_vector = np.array(index._embed_model.get_query_embedding(query))
+    expected = select_within_budget(
+        query_vector, [s.node.node_id for s in seeds], links, vectors, default_budget_settings()
+    )
+    returned = [item.node.node_id for item in response.source_nodes]
+    assert sorted(returned) == sorted(expected.chunk_ids)
+    assert len(returned) == min(10, len(nodes))
+    assert all(item.node.metadata["scar_mode"] == "budget" for item in response.source_nodes)
+    async_response = await engine.aquery(query)
+    assert [item.node.node_id for item in async_response.source_nodes] == returned

@@ -47,7 +47,9 @@ def postprocess(
     **settings: object,
 ) -> list:
     doc_a, doc_b, model = corpus
-    scar = SCARNodePostprocessor(docstore=docstore_of(doc_a + doc_b), embed_model=model, **settings)
+    scar = SCARNodePostprocessor(
+        budget=None, docstore=docstore_of(doc_a + doc_b), embed_model=model, **settings
+    )
     return scar.postprocess_nodes(scored(seeds, scores), QueryBundle(QUERY, embedding=Q))
 
 
@@ -114,7 +116,7 @@ def test_returned_nodes_are_copies_and_the_inputs_stay_untouched(corpus) -> None
         node.node_id: (dict(node.metadata), list(node.excluded_llm_metadata_keys)) for node in doc_a
     }
     seeds = scored([doc_a[5]], [0.9])
-    scar = SCARNodePostprocessor(neighbor_source=source, embed_model=model)
+    scar = SCARNodePostprocessor(budget=None, neighbor_source=source, embed_model=model)
     output = scar.postprocess_nodes(seeds, QueryBundle(QUERY, embedding=Q))
     assert [item.node.node_id for item in output] == ["A4", "A5", "A6"]
     for node in doc_a:
@@ -134,7 +136,7 @@ def test_returned_nodes_are_copies_and_the_inputs_stay_untouched(corpus) -> None
 def test_a_custom_neighbor_source_is_asked_once_per_hop(corpus) -> None:
     doc_a, doc_b, model = corpus
     source = ObjectSource(doc_a + doc_b)
-    scar = SCARNodePostprocessor(neighbor_source=source, embed_model=model, window=2)
+    scar = SCARNodePostprocessor(budget=None, neighbor_source=source, embed_model=model, window=2)
     scar.postprocess_nodes(
         scored([doc_a[5], doc_a[2]], [0.9, 0.8]), QueryBundle(QUERY, embedding=Q)
     )
@@ -165,7 +167,7 @@ def test_merge_passages_returns_one_node_per_passage_with_overlap_removed() -> N
         {c.text: unit(a) for c, a in zip(chunks, [15.0, 5.0, 15.0], strict=True)}
     )
     scar = SCARNodePostprocessor(
-        docstore=docstore_of(chunks), embed_model=model, merge_passages=True
+        budget=None, docstore=docstore_of(chunks), embed_model=model, merge_passages=True
     )
     output = scar.postprocess_nodes(scored([chunks[1]], [0.77]), QueryBundle(QUERY, embedding=Q))
     assert len(output) == 1
@@ -186,7 +188,7 @@ def test_merge_passages_keeps_a_lone_seed_as_it_was_retrieved() -> None:
         {c.text: unit(a) for c, a in zip(chunks, [90.0, 5.0, 90.0], strict=True)}
     )
     scar = SCARNodePostprocessor(
-        docstore=docstore_of(chunks), embed_model=model, merge_passages=True
+        budget=None, docstore=docstore_of(chunks), embed_model=model, merge_passages=True
     )
     output = scar.postprocess_nodes(scored([chunks[1]], [0.77]), QueryBundle(QUERY, embedding=Q))
     assert ids_and_scores(output) == [("C1", 0.77)]
@@ -199,7 +201,7 @@ def test_merge_passages_partial_run_stitches_only_the_selected_chunks() -> None:
         {c.text: unit(a) for c, a in zip(chunks, [90.0, 5.0, 15.0], strict=True)}
     )
     scar = SCARNodePostprocessor(
-        docstore=docstore_of(chunks), embed_model=model, merge_passages=True
+        budget=None, docstore=docstore_of(chunks), embed_model=model, merge_passages=True
     )
     output = scar.postprocess_nodes(scored([chunks[1]], [0.77]), QueryBundle(QUERY, embedding=Q))
     assert [item.node.get_content() for item in output] == [DOCUMENT[50:]]

@@ -50,7 +50,7 @@ def chain() -> list:
 
 def run(chain: list, embed_model: TableEmbedding, **settings: object) -> list:
     postprocessor = SCARNodePostprocessor(
-        docstore=docstore_of(chain), embed_model=embed_model, **settings
+        budget=None, docstore=docstore_of(chain), embed_model=embed_model, **settings
     )
     return postprocessor.postprocess_nodes(
         scored([chain[2]], [0.42]), QueryBundle(QUERY, embedding=unit(0.0))
@@ -97,7 +97,9 @@ def test_window_two_walks_through_an_accepted_neighbour_with_the_penalty_across_
     texts = [f"chunk {i}" for i in range(5)]
     model = TableEmbedding({t: unit(a) for t, a in zip(texts, angles, strict=True)})
     chain = linked_nodes(texts)
-    postprocessor = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model, window=2)
+    postprocessor = SCARNodePostprocessor(
+        budget=None, docstore=docstore_of(chain), embed_model=model, window=2
+    )
     output = postprocessor.postprocess_nodes(
         scored([chain[2]], [0.42]), QueryBundle(QUERY, embedding=unit(0.0))
     )
@@ -171,7 +173,9 @@ def test_neighbours_carry_the_decision_trace(chain: list, embed_model: TableEmbe
 
 
 def test_postprocess_without_a_query_is_refused(chain: list, embed_model: TableEmbedding) -> None:
-    postprocessor = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=embed_model)
+    postprocessor = SCARNodePostprocessor(
+        budget=None, docstore=docstore_of(chain), embed_model=embed_model
+    )
     with pytest.raises(ValueError, match="needs the query"):
         postprocessor.postprocess_nodes(scored([chain[2]], [0.42]))
 
@@ -179,13 +183,17 @@ def test_postprocess_without_a_query_is_refused(chain: list, embed_model: TableE
 def test_query_str_is_embedded_with_the_embed_model(
     chain: list, embed_model: TableEmbedding
 ) -> None:
-    postprocessor = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=embed_model)
+    postprocessor = SCARNodePostprocessor(
+        budget=None, docstore=docstore_of(chain), embed_model=embed_model
+    )
     output = postprocessor.postprocess_nodes(scored([chain[2]], [0.42]), query_str=QUERY)
     assert [item.node.node_id for item in output] == ["n1", "n2", "n3"]
     assert embed_model.embedded_queries == [QUERY]
 
 
 def test_empty_retrieval_returns_nothing(chain: list, embed_model: TableEmbedding) -> None:
-    postprocessor = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=embed_model)
+    postprocessor = SCARNodePostprocessor(
+        budget=None, docstore=docstore_of(chain), embed_model=embed_model
+    )
     assert postprocessor.postprocess_nodes([], query_str=QUERY) == []
     assert embed_model.embedded_queries == []

@@ -59,7 +59,7 @@ def test_adapter_keeps_the_invariants_and_matches_the_core(scenario: dict) -> No
     seeds = [nodes[p] for p in scenario["seeds"]]
     scores = [float(-rank) for rank in range(len(seeds))]
     knobs = {k: scenario[k] for k in ("window", "direction", "gamma", "lambda_")}
-    scar = SCARNodePostprocessor(docstore=docstore_of(stored), **knobs)
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(stored), **knobs)
     bundle = QueryBundle("q", embedding=[float(v) for v in scenario["query"]])
     output = scar.postprocess_nodes(scored(seeds, scores), bundle)
     again = scar.postprocess_nodes(scored(seeds, scores), bundle)

@@ -30,7 +30,7 @@ def test_a_neighbour_with_a_nan_vector_is_skipped_with_a_warning_naming_it(
     vectors = [unit(a) for a in ANGLES[:5]]
     vectors[3] = [float("nan"), 1.0]
     chain = linked_nodes(TEXTS[:5], vectors=vectors)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain))
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain))
     with caplog.at_level(logging.WARNING):
         output = scar.postprocess_nodes(
             scored([chain[2]], [0.5]), QueryBundle(QUERY, embedding=unit(0))
@@ -43,7 +43,7 @@ def test_a_neighbour_vector_of_the_wrong_dimension_is_skipped() -> None:
     vectors = [unit(a) for a in ANGLES[:5]]
     vectors[1] = [1.0, 0.0, 0.0]
     chain = linked_nodes(TEXTS[:5], vectors=vectors)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain))
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain))
     output = scar.postprocess_nodes(
         scored([chain[2]], [0.5]), QueryBundle(QUERY, embedding=unit(0))
     )
@@ -55,14 +55,14 @@ def test_a_seed_with_an_unusable_vector_is_a_clear_error(bad: list[float]) -> No
     vectors = [unit(a) for a in ANGLES[:5]]
     vectors[2] = bad
     chain = linked_nodes(TEXTS[:5], vectors=vectors)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), on_error="return_seeds")
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain), on_error="return_seeds")
     with pytest.raises(InvalidVectorError, match="seed 'n2'"):
         scar.postprocess_nodes(scored([chain[2]], [0.5]), QueryBundle(QUERY, embedding=unit(0)))
 
 
 def test_a_zero_query_vector_is_a_clear_error() -> None:
     chain = linked_nodes(TEXTS[:5], vectors=[unit(a) for a in ANGLES[:5]])
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain))
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain))
     with pytest.raises(InvalidVectorError, match="zero vector"):
         scar.postprocess_nodes(scored([chain[2]], [0.5]), QueryBundle(QUERY, embedding=[0.0, 0.0]))
 
@@ -72,13 +72,17 @@ async def test_concurrent_async_calls_equal_sequential_calls() -> None:
         {t: unit(a) for t, a in zip(TEXTS, ANGLES, strict=True)}, {QUERY: unit(0.0)}
     )
     chain = linked_nodes(TEXTS)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model, window=2)
+    scar = SCARNodePostprocessor(
+        budget=None, docstore=docstore_of(chain), embed_model=model, window=2
+    )
     requests = [
         scored([chain[i % len(chain)], chain[(3 * i + 1) % len(chain)]], [0.9, 0.1])
         for i in range(200)
     ]
     sequential = [ids_and_scores(scar.postprocess_nodes(r, QueryBundle(QUERY))) for r in requests]
-    fresh = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model, window=2)
+    fresh = SCARNodePostprocessor(
+        budget=None, docstore=docstore_of(chain), embed_model=model, window=2
+    )
     concurrent = await asyncio.gather(
         *(fresh.apostprocess_nodes(r, QueryBundle(QUERY)) for r in requests)
     )
@@ -145,7 +149,10 @@ def test_one_vector_cache_serves_scar_core_and_the_postprocessor(tmp_path) -> No
         CachedEmbedder(FakeEmbedder(), cache).embed_documents(["ab", "abc", "c"])
         fresh = FakeEmbedder()
         scar = SCARNodePostprocessor(
-            docstore=docstore_of(chain), embed_model=ScarEmbedding(fresh), vector_cache=cache
+            budget=None,
+            docstore=docstore_of(chain),
+            embed_model=ScarEmbedding(fresh),
+            vector_cache=cache,
         )
         output = scar.postprocess_nodes(
             scored([chain[1]], [0.5]), QueryBundle("abc", embedding=[1, 1, 1])

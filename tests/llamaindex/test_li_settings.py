@@ -11,7 +11,9 @@ from llama_index.core.schema import QueryBundle
 from llama_index.core.storage.docstore import SimpleDocumentStore
 
 import scar_llamaindex
+from scar_core.budget import BudgetSettings
 from scar_core.errors import InvalidSettingsError
+from scar_core.settings import ScarSettings
 from scar_llamaindex import SCARNodePostprocessor, StoreNeighborSource
 
 
@@ -36,22 +38,32 @@ def test_public_names_are_pinned() -> None:
         assert getattr(scar_llamaindex, name) is not None
 
 
-def test_defaults_are_the_papers() -> None:
+def test_defaults_are_budget_mode_and_budget_none_is_the_papers_rule() -> None:
     scar = SCARNodePostprocessor(docstore=SimpleDocumentStore())
     assert isinstance(scar, BaseNodePostprocessor)
-    assert (scar.lambda_, scar.gamma, scar.window, scar.direction) == (0.1, 0.8, 1, "both")
-    assert (scar.merge_passages, scar.on_error) == (False, "raise")
+    assert (scar.budget, scar.min_seeds, scar.continuity_bonus) == (10, 3, 0.2)
+    assert (scar.lambda_, scar.window, scar.direction, scar.max_tokens) == (0.1, None, "both", None)
+    assert (scar.merge_passages, scar.on_error, scar.mode) == (False, "raise", "budget")
+    assert scar.budget_settings(12) == BudgetSettings(10, 0.2, 0.1, min_seeds=3)
+    assert scar.budget_settings(2).min_seeds == 2  # fewer incoming nodes: all of them kept
+    paper = SCARNodePostprocessor(docstore=SimpleDocumentStore(), budget=None)
+    assert paper.mode == "plain"
+    assert paper.settings == ScarSettings.paper()
+    with pytest.raises(InvalidSettingsError, match="plain mode"):
+        paper.budget_settings(3)
     assert SCARNodePostprocessor.class_name() == "SCARNodePostprocessor"
 
 
 def test_settings_serialise_without_the_stores() -> None:
-    scar = SCARNodePostprocessor(docstore=SimpleDocumentStore(), gamma=0.7, window=2)
+    scar = SCARNodePostprocessor(budget=None, docstore=SimpleDocumentStore(), gamma=0.7, window=2)
     data = scar.to_dict()
     assert data["class_name"] == "SCARNodePostprocessor"
     assert data["gamma"] == 0.7
     assert data["window"] == 2
+    assert data["budget"] is None
     assert "docstore" not in data
     assert "embed_model" not in data
+    assert SCARNodePostprocessor(docstore=SimpleDocumentStore()).to_dict()["budget"] == 10
 
 
 def test_fields_have_descriptions() -> None:
@@ -60,6 +72,7 @@ def test_fields_have_descriptions() -> None:
             assert field.description, name
 
 
+@pytest.mark.parametrize("budget", [10, None])
 @pytest.mark.parametrize(
     ("setting", "value", "message"),
     [
@@ -75,20 +88,57 @@ def test_fields_have_descriptions() -> None:
         ("merge_passages", "yes", r"merge_passages='yes' is not valid"),
         ("previous_id_key", "", r"previous_id_key='' is not valid"),
         ("next_id_key", 3, r"next_id_key=3 is not valid"),
+        ("min_seeds", 0, r"min_seeds=0 is not valid; it must be an integer >= 1"),
+        ("continuity_bonus", -0.1, r"continuity_bonus=-0.1 is not valid; .* >= 0"),
+        ("continuity_bonus", float("nan"), r"continuity_bonus=nan is not valid"),
+        ("max_tokens", 0, r"max_tokens=0 is not valid; it must be an integer >= 1"),
+        ("token_counter", "cl100k", r"token_counter='cl100k' is not valid"),
     ],
 )
-def test_bad_settings_are_rejected_at_construction(setting: str, value: Any, message: str) -> None:
+def test_bad_settings_are_rejected_at_construction(
+    setting: str, value: Any, message: str, budget: int | None
+) -> None:
     with pytest.raises(InvalidSettingsError, match=message):
-        SCARNodePostprocessor(docstore=SimpleDocumentStore(), **{setting: value})
+        SCARNodePostprocessor(docstore=SimpleDocumentStore(), budget=budget, **{setting: value})
 
 
-def test_a_bad_assignment_after_construction_is_caught_before_use() -> None:
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"budget": 2}, r"budget=2 is smaller than min_seeds=3: a budget smaller than the number"),
+        ({"budget": 4, "min_seeds": 5}, r"budget=4 is smaller than min_seeds=5"),
+        ({"budget": 0}, r"budget=0 is not valid; it must be an integer >= 1"),
+        ({"budget": 2.5}, r"budget=2.5 is not valid"),
+        ({"max_tokens": 2}, r"max_tokens=2 is smaller than min_seeds=3"),
+    ],
+)
+def test_bad_budget_settings_are_rejected_at_construction(
+    settings: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidSettingsError, match=message):
+        SCARNodePostprocessor(docstore=SimpleDocumentStore(), **settings)
+
+
+@pytest.mark.parametrize(
+    ("budget", "attribute", "value", "message"),
+    [
+        (None, "gamma", 2.0, r"gamma=2\.0"),
+        (10, "gamma", 2.0, r"gamma=2\.0"),
+        (10, "budget", 1, r"budget=1 is smaller than min_seeds=3"),
+        (10, "continuity_bonus", -1.0, r"continuity_bonus=-1\.0"),
+    ],
+)
+def test_a_bad_assignment_after_construction_is_caught_before_use(
+    budget: int | None, attribute: str, value: Any, message: str
+) -> None:
     chain = linked_nodes(["a", "b"])
     scar = SCARNodePostprocessor(
-        docstore=docstore_of(chain), embed_model=TableEmbedding({"a": [1, 0], "b": [0, 1]})
+        budget=budget,
+        docstore=docstore_of(chain),
+        embed_model=TableEmbedding({"a": [1, 0], "b": [0, 1]}),
     )
-    scar.gamma = 2.0
-    with pytest.raises(InvalidSettingsError, match=r"gamma=2\.0"):
+    setattr(scar, attribute, value)
+    with pytest.raises(InvalidSettingsError, match=message):
         scar.postprocess_nodes(scored([chain[0]], [1.0]), QueryBundle("q", embedding=[1, 0]))
 
 
@@ -96,13 +146,13 @@ def test_wrong_component_types_are_rejected() -> None:
     with pytest.raises(InvalidSettingsError, match="BaseDocumentStore"):
         SCARNodePostprocessor(docstore={"a": 1})  # type: ignore[arg-type]
     with pytest.raises(InvalidSettingsError, match="BaseEmbedding"):
-        SCARNodePostprocessor(docstore=SimpleDocumentStore(), embed_model="all-MiniLM")  # type: ignore[arg-type]
+        SCARNodePostprocessor(budget=None, docstore=SimpleDocumentStore(), embed_model="all-MiniLM")  # type: ignore[arg-type]
     with pytest.raises(InvalidSettingsError, match="fetch"):
-        SCARNodePostprocessor(neighbor_source=object())  # type: ignore[arg-type]
+        SCARNodePostprocessor(budget=None, neighbor_source=object())  # type: ignore[arg-type]
 
 
 def test_a_custom_source_replaces_the_stores() -> None:
     source = StoreNeighborSource(docstore=SimpleDocumentStore())
-    assert SCARNodePostprocessor(neighbor_source=source).neighbor_source is source
+    assert SCARNodePostprocessor(budget=None, neighbor_source=source).neighbor_source is source
     with pytest.raises(InvalidSettingsError, match="not both"):
-        SCARNodePostprocessor(docstore=SimpleDocumentStore(), neighbor_source=source)
+        SCARNodePostprocessor(budget=None, docstore=SimpleDocumentStore(), neighbor_source=source)

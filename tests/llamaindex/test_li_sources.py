@@ -71,7 +71,9 @@ def test_plain_prev_next_fails_on_the_empty_docstore_scar_does_not() -> None:
     with pytest.raises(ValueError, match="not found"):
         PrevNextNodePostprocessor(docstore=index.docstore, mode="both").postprocess_nodes(seeds)
 
-    scar = SCARNodePostprocessor(docstore=index.docstore, vector_store=store, embed_model=model)
+    scar = SCARNodePostprocessor(
+        budget=None, docstore=index.docstore, vector_store=store, embed_model=model
+    )
     output = scar.postprocess_nodes(seeds, QueryBundle(QUERY, embedding=unit(0.0)))
     assert [item.node.node_id for item in output] == ["n1", "n2", "n3"]
     assert [item.node.get_content() for item in output] == ["chunk 1", "chunk 2", "chunk 3"]
@@ -84,7 +86,7 @@ def test_vector_store_only_fetches_neighbours_and_vectors_in_one_call_per_hop() 
     index, store = faiss_index(model)
     seeds = index.as_retriever(similarity_top_k=1).retrieve(QueryBundle(QUERY))
     store.get_nodes_calls.clear()
-    scar = SCARNodePostprocessor(vector_store=store, embed_model=model, window=2)
+    scar = SCARNodePostprocessor(budget=None, vector_store=store, embed_model=model, window=2)
     output = scar.postprocess_nodes(seeds, QueryBundle(QUERY, embedding=unit(0.0)))
     assert sorted(item.node.node_id for item in output) == expected_by_core(window=2)
     # Hop 1 asks for both neighbours plus the seed's vector; hop 2 for the next ring.
@@ -99,7 +101,7 @@ def test_l2_distance_scores_do_not_drive_the_decisions() -> None:
     seeds = index.as_retriever(similarity_top_k=1).retrieve(QueryBundle(QUERY))
     distance = seeds[0].score
     assert distance == pytest.approx(2 - 2 * math.cos(math.radians(10)), abs=1e-6)
-    scar = SCARNodePostprocessor(vector_store=store, embed_model=model)
+    scar = SCARNodePostprocessor(budget=None, vector_store=store, embed_model=model)
     output = scar.postprocess_nodes(seeds, QueryBundle(QUERY, embedding=unit(0.0)))
     assert ids_and_scores(output) == [
         ("n1", pytest.approx(math.cos(math.radians(30)) - 0.1 * (1 - math.cos(math.radians(20))))),
@@ -115,7 +117,7 @@ def test_simple_vector_store_supplies_vectors_so_nothing_is_embedded() -> None:
     assert isinstance(index.vector_store, SimpleVectorStore)
     model.embedded_texts.clear()
     seeds = index.as_retriever(similarity_top_k=1).retrieve(QUERY)
-    scar = SCARNodePostprocessor.from_index(index)
+    scar = SCARNodePostprocessor.from_index(index, budget=None)
     output = scar.postprocess_nodes(seeds, QueryBundle(QUERY, embedding=unit(0.0)))
     assert sorted(item.node.node_id for item in output) == expected_by_core()
     assert model.embedded_texts == []
@@ -124,7 +126,7 @@ def test_simple_vector_store_supplies_vectors_so_nothing_is_embedded() -> None:
 def test_docstore_without_vectors_falls_back_to_the_embed_model() -> None:
     model = table()
     chain = linked_nodes(TEXTS)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model)
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain), embed_model=model)
     output = scar.postprocess_nodes(
         scored([chain[2]], [0.9]), QueryBundle(QUERY, embedding=unit(0.0))
     )
@@ -135,7 +137,7 @@ def test_docstore_without_vectors_falls_back_to_the_embed_model() -> None:
 def test_node_embeddings_are_used_before_anything_else() -> None:
     model = table()
     chain = linked_nodes(TEXTS, vectors=VECTORS)
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model)
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain), embed_model=model)
     scar.postprocess_nodes(scored([chain[2]], [0.9]), QueryBundle(QUERY, embedding=unit(0.0)))
     assert model.embedded_texts == []
 
@@ -146,7 +148,7 @@ def test_missing_neighbour_is_not_expanded_and_the_reason_is_logged(
     model = table()
     chain = linked_nodes(TEXTS)
     docstore = docstore_of([chain[1], chain[2]])  # n3 was never stored
-    scar = SCARNodePostprocessor(docstore=docstore, embed_model=model, window=2)
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore, embed_model=model, window=2)
     with caplog.at_level(logging.DEBUG, logger="scar_llamaindex"):
         output = scar.postprocess_nodes(
             scored([chain[2]], [0.9]), QueryBundle(QUERY, embedding=unit(0.0))
@@ -161,7 +163,10 @@ def test_simple_vector_store_cannot_supply_nodes_so_an_empty_docstore_expands_no
     index = VectorStoreIndex(linked_nodes(TEXTS), embed_model=model)
     seeds = index.as_retriever(similarity_top_k=1).retrieve(QUERY)
     scar = SCARNodePostprocessor(
-        docstore=SimpleDocumentStore(), vector_store=index.vector_store, embed_model=model
+        budget=None,
+        docstore=SimpleDocumentStore(),
+        vector_store=index.vector_store,
+        embed_model=model,
     )
     output = scar.postprocess_nodes(seeds, QueryBundle(QUERY, embedding=unit(0.0)))
     assert [item.node.node_id for item in output] == ["n2"]
@@ -170,7 +175,9 @@ def test_simple_vector_store_cannot_supply_nodes_so_an_empty_docstore_expands_no
 def test_nodes_without_relationships_come_back_unchanged_apart_from_the_trace() -> None:
     model = TableEmbedding({"alone": unit(5.0), "other": unit(50.0)})
     nodes = [TextNode(id_="a", text="alone"), TextNode(id_="b", text="other")]
-    scar = SCARNodePostprocessor(docstore=docstore_of(nodes), embed_model=model, window=3)
+    scar = SCARNodePostprocessor(
+        budget=None, docstore=docstore_of(nodes), embed_model=model, window=3
+    )
     output = scar.postprocess_nodes(
         scored(nodes, [0.7, 0.3]), QueryBundle(QUERY, embedding=unit(0.0))
     )
@@ -190,7 +197,11 @@ def test_links_from_metadata_keys_for_nodes_ingested_elsewhere() -> None:
         for i, text in enumerate(TEXTS)
     ]
     scar = SCARNodePostprocessor(
-        docstore=docstore_of(nodes), embed_model=model, previous_id_key="prev", next_id_key="next"
+        budget=None,
+        docstore=docstore_of(nodes),
+        embed_model=model,
+        previous_id_key="prev",
+        next_id_key="next",
     )
     output = scar.postprocess_nodes(
         scored([nodes[2]], [0.9]), QueryBundle(QUERY, embedding=unit(0.0))
@@ -207,6 +218,7 @@ def test_malformed_links_are_ignored_with_a_warning(caplog: pytest.LogCaptureFix
         excluded_embed_metadata_keys=["prev", "next"],
     )
     scar = SCARNodePostprocessor(
+        budget=None,
         docstore=docstore_of([seed]),
         embed_model=model,
         previous_id_key="prev",
@@ -226,7 +238,7 @@ def test_cross_document_links_are_refused() -> None:
     model = table()
     chain = linked_nodes(TEXTS)
     chain[3].relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id="another-doc")
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), embed_model=model)
+    scar = SCARNodePostprocessor(budget=None, docstore=docstore_of(chain), embed_model=model)
     output = scar.postprocess_nodes(
         scored([chain[2]], [0.9]), QueryBundle(QUERY, embedding=unit(0.0))
     )
