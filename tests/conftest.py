@@ -38,3 +38,17 @@ def minilm_embedder() -> SentenceTransformerEmbedder:
     embedder = SentenceTransformerEmbedder(device="cpu")
     embedder.embed_query("warm up")  # load the weights here, not inside the first test
     return embedder
+
+
+@pytest.fixture(scope="session")
+def scar_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The vector cache shared by tests that run ``scar`` commands in a subprocess.
+
+    ``SCAR_TEST_CACHE_DIR`` (set by ``.ci/run``) makes it the same cache as the eval tests', so a
+    benchmark corpus is embedded once per run; otherwise a fresh temporary folder.
+    """
+    configured = os.environ.get("SCAR_TEST_CACHE_DIR")
+    if configured:
+        Path(configured).mkdir(parents=True, exist_ok=True)
+        return Path(configured)
+    return tmp_path_factory.mktemp("scar-cache")
