@@ -42,8 +42,10 @@ from scar_core.policy import (
     SelectedChunk,
     SkippedNeighbor,
     SkipReason,
+    numeric_array,
     vector_problem,
 )
+from scar_core.scoring import as_unit_vector
 from scar_core.settings import DEFAULT_LAMBDA, Direction, validate_lambda
 from scar_core.vectors import VectorSource, lookup_vectors
 
@@ -188,15 +190,14 @@ def select_within_budget(
         raise InvalidSettingsError(
             "max_tokens is set but token_counts is None; pass the token count of each chunk."
         )
-    query_vector = np.asarray(query, dtype=np.float64)
+    query_vector = numeric_array(query, "the query vector")
     if query_vector.ndim != 1 or query_vector.shape[0] == 0:
         raise InvalidVectorError(f"the query vector has shape {query_vector.shape}; expected 1-D.")
     if not np.isfinite(query_vector).all():
         raise InvalidVectorError("the query vector has NaN or infinite values.")
-    query_norm = float(np.linalg.norm(query_vector))
-    if query_norm == 0:
+    if not np.any(query_vector):
         raise InvalidVectorError("the query vector is zero; check that the query is not empty.")
-    query_unit = query_vector / query_norm
+    query_unit = as_unit_vector(query_vector)
     graph = neighbors if isinstance(neighbors, LinkLookup) else NeighborGraph(neighbors)
     steps = _DIRECTIONS[settings.direction]
     ranked = list(dict.fromkeys(ranked_ids))
@@ -219,8 +220,7 @@ def select_within_budget(
             if problem is not None:
                 problems[chunk_id] = problem
                 continue
-            array = np.asarray(found[chunk_id], dtype=np.float64)
-            unit = array / np.linalg.norm(array)
+            unit = as_unit_vector(np.asarray(found[chunk_id], dtype=np.float64))
             units[chunk_id] = unit
             relevance[chunk_id] = float(unit @ query_unit)
 

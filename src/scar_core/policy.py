@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from scar_core.errors import InvalidVectorError, MissingVectorError
 from scar_core.graph import NeighborGraph, Step
+from scar_core.scoring import unit_rows
 from scar_core.settings import (
     DEFAULT_GAMMA,
     DEFAULT_LAMBDA,
@@ -189,7 +190,7 @@ class ScarPolicy:
         vectors: VectorSource,
     ) -> ExpansionResult:
         """Expand one query's seeds. See :func:`expand`."""
-        query_matrix = np.asarray(query, dtype=np.float64)
+        query_matrix = numeric_array(query, "the query vector")
         if query_matrix.ndim != 1:
             raise InvalidVectorError(
                 f"the query vector has shape {query_matrix.shape}; expected a 1-D array. "
@@ -225,7 +226,7 @@ class ScarPolicy:
         vectors: VectorSource,
     ) -> ExpansionResult:
         """Accept every neighbour within the window: the static-window baseline, scored alike."""
-        query_matrix = np.asarray(query, dtype=np.float64)
+        query_matrix = numeric_array(query, "the query vector")
         if query_matrix.ndim != 1:
             raise InvalidVectorError(
                 f"the query vector has shape {query_matrix.shape}; expected a 1-D array."
@@ -316,25 +317,38 @@ def _dedupe(ids: Sequence[str]) -> list[str]:
     return unique
 
 
+def numeric_array(value: npt.ArrayLike, what: str) -> npt.NDArray[np.float64]:
+    """Return ``value`` as a float64 array, or raise :class:`InvalidVectorError` naming ``what``.
+
+    Raises:
+        InvalidVectorError: If ``value`` is not numeric or is ragged (rows of unequal lengths).
+    """
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidVectorError(
+            f"{what} is not a numeric array ({exc}); pass the embedding as numbers."
+        ) from exc
+
+
 def _check_query_matrix(queries: npt.ArrayLike) -> npt.NDArray[np.float64]:
-    matrix = np.asarray(queries, dtype=np.float64)
+    matrix = numeric_array(queries, "the query matrix")
     if matrix.ndim != 2 or matrix.shape[1] == 0:
         raise InvalidVectorError(
             f"queries have shape {matrix.shape}; expected (n_queries, dimension) with dimension > 0."
         )
     finite: npt.NDArray[np.bool_] = np.asarray(np.isfinite(matrix).all(axis=1))
-    norms = np.linalg.norm(np.where(np.isfinite(matrix), matrix, 0.0), axis=1)
     for index in range(matrix.shape[0]):
         if not finite[index]:
             raise InvalidVectorError(
                 f"query {index} has NaN or infinite values; check the embedding model's output."
             )
-        if norms[index] == 0:
+        if not np.any(matrix[index]):
             raise InvalidVectorError(
                 f"query {index} is a zero vector, so its cosine to any chunk is undefined; "
                 "check that the query text is not empty."
             )
-    return np.asarray(matrix / norms[:, None], dtype=np.float64)
+    return unit_rows(matrix)
 
 
 def vector_problem(vector: npt.ArrayLike, dimension: int) -> str | None:
@@ -409,7 +423,7 @@ def _expand_batch(
         row_of[chunk_id] = len(rows)
         rows.append(np.asarray(found[chunk_id], dtype=np.float64))
     matrix = np.vstack(rows) if rows else np.zeros((0, dimension))
-    units = matrix / np.linalg.norm(matrix, axis=1, keepdims=True) if rows else matrix
+    units = unit_rows(matrix) if rows else matrix
 
     results: list[ExpansionResult] = []
     for query_index, (seeds, walks) in enumerate(plans):

@@ -22,9 +22,14 @@ __all__ = [
     "as_unit_vector",
     "expansion_scores",
     "row_norms",
+    "unit_rows",
 ]
 
 FloatArray = npt.NDArray[np.float64]
+
+#: Norms inside this range are computed without overflow or precision loss in the squares.
+_SAFE_NORM_LOW = 1e-100
+_SAFE_NORM_HIGH = 1e100
 
 
 class ExpansionScores(NamedTuple):
@@ -53,15 +58,46 @@ def as_unit_matrix(matrix: npt.ArrayLike) -> FloatArray:
     """
     array = np.asarray(matrix, dtype=np.float64)
     norms = row_norms(array)
+    # Squaring entries near 1e200 overflows and near 1e-200 underflows, so a finite row whose
+    # norm falls outside a safe range is first divided by its largest magnitude (then every entry
+    # lies in [-1, 1], one of them at +-1). Rows in the range keep the plain, exact path.
+    rescale = np.isfinite(array).all(axis=1) & ~(
+        (norms > _SAFE_NORM_LOW) & (norms < _SAFE_NORM_HIGH)
+    )
+    if array.shape[1] > 0 and np.any(rescale):
+        array = array.copy()
+        peaks = np.max(np.abs(array[rescale]), axis=1)
+        array[rescale] = array[rescale] / np.where(peaks > 0, peaks, 1.0)[:, None]
+        norms = row_norms(array)
     safe = np.where(norms > 0, norms, 1.0)
     return np.asarray(array / safe[:, None], dtype=np.float64)
 
 
 def as_unit_vector(vector: npt.ArrayLike) -> FloatArray:
-    """Scale a 1-D vector to unit length; a zero vector stays zero."""
+    """Scale a 1-D vector to unit length; a zero vector stays zero. Any finite scale is safe."""
     array = np.asarray(vector, dtype=np.float64)
-    norm = float(np.linalg.norm(array))
+    with np.errstate(over="ignore", under="ignore"):
+        norm = float(np.linalg.norm(array))
+    if array.ndim == 1 and array.size and not _SAFE_NORM_LOW < norm < _SAFE_NORM_HIGH:
+        rescaled: FloatArray = as_unit_matrix(array[None, :])[0]
+        return rescaled
     return array / norm if norm > 0 else array
+
+
+def unit_rows(matrix: npt.NDArray[np.float64]) -> FloatArray:
+    """Scale each finite, non-zero row of a 2-D array to unit length, whatever its magnitude.
+
+    Rows of ordinary magnitude are divided by their ``np.linalg.norm``; a row whose norm would
+    overflow or lose precision takes the rescaling path of :func:`as_unit_matrix`. Each row's
+    result depends on that row alone.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        norms = np.linalg.norm(matrix, axis=1)
+    unsafe = ~((norms > _SAFE_NORM_LOW) & (norms < _SAFE_NORM_HIGH))
+    units = np.asarray(matrix / np.where(unsafe, 1.0, norms)[:, None], dtype=np.float64)
+    if np.any(unsafe):
+        units[unsafe] = as_unit_matrix(matrix[unsafe])
+    return units
 
 
 def expansion_scores(
