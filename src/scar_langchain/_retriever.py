@@ -718,6 +718,14 @@ def _select_plain(pool: QueryPool, request: _PlainRequest, keys: ChunkMetadataKe
 def _budget_selection(run: BudgetRun, keys: ChunkMetadataKeys) -> _Selection:
     """Every passage of a finished budgeted run: their number follows from the budget."""
     assert run.result is not None
+    for skipped in run.result.skipped:
+        if skipped.reason == "invalid_vector":
+            logger.warning(
+                "skipped neighbour %r of %r: its vector is unusable (%s)",
+                skipped.neighbor_id,
+                skipped.seed_id,
+                skipped.detail,
+            )
     graph = run.pool.links(keys)
     records = run.pool.records(keys)
     passages = assemble_passages(run.result, records, graph)

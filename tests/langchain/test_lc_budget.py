@@ -524,3 +524,19 @@ def test_a_plain_mode_trim_that_splits_a_passage_keeps_every_seed() -> None:
         [chunks[5].id],
     ]
     assert sum(words(d.page_content) for d in docs) == 50
+
+
+# InMemoryVectorStore's own search warns about the NaN vector it holds.
+@pytest.mark.filterwarnings("ignore:NaN found in input arrays:RuntimeWarning")
+def test_a_neighbour_with_a_nan_vector_is_skipped_with_a_warning_naming_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    table = {"q": [1.0, 0.0], "c0": _unit(5.0), "c1": _unit(1.0), "c2": [math.nan, 1.0]}
+    store, chunks = _linked_store(table, {"doc": ["c0", "c1", "c2"]})
+    with caplog.at_level(logging.WARNING, logger="scar_langchain"):
+        [passage] = SCARRetriever(vectorstore=store, k=1, budget=3, fetch_k=1).invoke("q")
+    assert passage.metadata["scar_chunk_ids"] == [chunks[0].id, chunks[1].id]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert repr(chunks[2].id) in warnings[0]
+    assert "NaN" in warnings[0]

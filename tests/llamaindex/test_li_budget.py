@@ -424,3 +424,17 @@ def test_plain_mode_max_tokens_drops_the_weakest_end_neighbours() -> None:
     # 25 words; the two lowest-S ends (n4 at 35°, then n0 at 30°) go, leaving 15.
     assert [item.node.node_id for item in trimmed] == ["n1", "n2", "n3"]
     assert trimmed[1].node.metadata["scar_mode"] == "plain"
+
+
+def test_a_neighbour_with_a_nan_vector_is_skipped_with_a_warning_naming_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    chain = linked_nodes(["c0", "c1", "c2"], vectors=[unit(5.0), unit(1.0), [math.nan, 1.0]])
+    scar = SCARNodePostprocessor(docstore=docstore_of(chain), budget=3, min_seeds=1)
+    with caplog.at_level(logging.WARNING, logger="scar_llamaindex"):
+        output = scar.postprocess_nodes(scored([chain[1]], [0.9]), QueryBundle(QUERY, embedding=Q))
+    assert [item.node.node_id for item in output] == ["n0", "n1"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "'n2'" in warnings[0]
+    assert "NaN" in warnings[0]
