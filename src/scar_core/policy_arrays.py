@@ -52,7 +52,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 #: Bytes of gathered vectors per block of queries (about a core's share of cache).
-_BLOCK_BYTES = 1 << 20
+_BLOCK_BYTES = 1 << 21
 #: Squared norms outside this range are not squared safely in the compute precision.
 _SAFE_SQUARED_NORM = {
     np.dtype(np.float32): (1e-30, 1e30),
@@ -451,9 +451,13 @@ class _Geometry:
         path_buffer = np.empty((block, *path.shape[1:], dimension), dtype=dtype)
         for start in range(0, n_queries, block):
             stop = min(n_queries, start + block)
-            seed_rows = np.take(matrix, seeds[start:stop], axis=0, out=seed_buffer[: stop - start])
+            seed_rows = np.take(
+                matrix, seeds[start:stop], axis=0, out=seed_buffer[: stop - start], mode="clip"
+            )
             seed_rows = seed_rows[:, :, None, :]
-            path_rows = np.take(matrix, path[start:stop], axis=0, out=path_buffer[: stop - start])
+            path_rows = np.take(
+                matrix, path[start:stop], axis=0, out=path_buffer[: stop - start], mode="clip"
+            )
             query = queries[start:stop, None, None, :]
             squared[start:stop, :, :, :1] = _vecdot(seed_rows, seed_rows)[..., None]
             squared[start:stop, :, :, 1:] = _vecdot(path_rows, path_rows)
@@ -549,15 +553,22 @@ def _settle_near_ties(
     here = slots[query, rank, walk, distance + 1]
     before = slots[query, rank, walk, distance]
     seed = slots[query, rank, walk, 0]
-    units = as_unit_matrix(
-        np.asarray(matrix[np.concatenate([here, before, seed])], dtype=np.float64)
-    ).reshape(3, len(here), dimension)
-    queries = query_rows.units(query)
-    relevance = np.einsum("ij,ij->i", units[0], queries)
-    penalty = 1.0 - np.einsum("ij,ij->i", units[1], units[0])
-    exact_score = relevance - settings.lambda_ * penalty
-    exact_threshold = settings.gamma * np.einsum("ij,ij->i", units[2], queries)
-    passes[query, rank, walk, distance] = exact_score > exact_threshold
+    settled = np.empty(len(query), dtype=bool)
+    block = max(1, _BLOCK_BYTES // (3 * dimension * 8))
+    for start in range(0, len(query), block):
+        part = slice(start, start + block)
+        queries = query_rows.units(query[part])
+        # These rows were squared safely in float32, so their float64 norms are exact enough.
+        candidate, via, origin = (
+            np.asarray(matrix[rows[part]], dtype=np.float64) for rows in (here, before, seed)
+        )
+        candidate_norm = np.sqrt(_vecdot(candidate, candidate))
+        relevance = _vecdot(candidate, queries) / candidate_norm
+        boundary = _vecdot(via, candidate) / (np.sqrt(_vecdot(via, via)) * candidate_norm)
+        seed_relevance = _vecdot(origin, queries) / np.sqrt(_vecdot(origin, origin))
+        exact_score = relevance - settings.lambda_ * (1.0 - boundary)
+        settled[part] = exact_score > settings.gamma * seed_relevance
+    passes[query, rank, walk, distance] = settled
 
 
 def _decide(
