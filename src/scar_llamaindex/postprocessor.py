@@ -78,15 +78,15 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     ``b = 1 - cos(e_c, e_n)``, SCAR scores ``n`` by ``S = cos(e_q, e_n) - lambda_ * b``. Cosines
     come from the vectors, never from the retriever's scores, which may be distances. Two modes:
 
-    * **Budget mode, the default** (``budget=10``): return ``budget`` nodes. The ``min_seeds``
-      best incoming nodes (default 3) are always kept. The other incoming nodes are candidates:
+    * **Budget mode, the default** (``budget=10``): return ``budget`` nodes. The ``k`` best
+      incoming nodes (default 3) are always kept. The other incoming nodes are candidates:
       they compete for the remaining slots with the neighbours of the nodes already selected.
       An incoming node ``x`` bids ``cos(e_q, e_x)``, a neighbour bids ``S + continuity_bonus``,
       and the highest bid takes each slot. A passage may grow as far as the budget lets it
       (``window=None``). Retrieve about ``budget`` nodes (``similarity_top_k=10``) so that
       candidates compete with expansion. With fewer, the free slots go to the best neighbours.
       With more, the candidates that win no slot are left out, and a warning is logged once.
-      The ``min_seeds`` best are never left out.
+      The ``k`` best are never left out.
     * **Plain mode, the paper's rule** (``budget=None``): every incoming node is kept and adds
       ``n`` when ``S > gamma * cos(e_q, e_c)``, up to ``window`` steps away (default 1).
 
@@ -98,7 +98,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         vector_store: Where neighbours missing from the docstore, and stored vectors, are
             fetched (``index.vector_store``). Give it when nodes live only in a vector database.
         budget: Nodes returned in budget mode (default 10); ``None`` selects plain mode.
-        min_seeds: Incoming nodes always kept in budget mode (default 3), ``<= budget``.
+        k: Incoming nodes always kept in budget mode (default 3), ``<= budget``.
         continuity_bonus: Credit of a neighbour continuing a passage, in cosine units (default
             0.2, measured for all-MiniLM-L6-v2; ``scar calibrate`` estimates it for your model).
         lambda_, gamma, window, direction: The rule's settings (paper: 0.1, 0.8, 1, both);
@@ -122,7 +122,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             # The paper's rule, exactly (lambda 0.1, gamma 0.8, window 1):
             paper = SCARNodePostprocessor.from_index(index, budget=None)
             # or, giving the stores yourself:
-            postprocessor = SCARNodePostprocessor(docstore=index.docstore, budget=8, min_seeds=2)
+            postprocessor = SCARNodePostprocessor(docstore=index.docstore, budget=8, k=2)
 
     Use within a query engine:
         .. code-block:: python
@@ -143,15 +143,16 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     budget: int | None = Field(
         default=DEFAULT_BUDGET,
         description=(
-            "Budget mode (the default): the number of nodes returned, >= min_seeds. None selects "
+            "Budget mode (the default): the number of nodes returned, >= k. None selects "
             "plain mode (the paper's rule)."
         ),
     )
-    min_seeds: int = Field(
+    k: int = Field(
         default=DEFAULT_SEEDS,
         description=(
-            "Budget mode: the best incoming nodes always kept; the others compete with "
-            "neighbours for the remaining slots."
+            "Budget mode: the number of best incoming nodes always kept (the seeds), <= budget; "
+            "the others compete with neighbours for the remaining slots. Unused in plain mode, "
+            "which keeps every incoming node."
         ),
     )
     continuity_bonus: float = Field(
@@ -225,7 +226,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         vector_store: BasePydanticVectorStore | None = None,
         *,
         budget: int | None = DEFAULT_BUDGET,
-        min_seeds: int = DEFAULT_SEEDS,
+        k: int = DEFAULT_SEEDS,
         continuity_bonus: float = DEFAULT_CONTINUITY_BONUS,
         lambda_: float = DEFAULT_LAMBDA,
         gamma: float = DEFAULT_GAMMA,
@@ -242,8 +243,8 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         neighbor_source: NeighborSource | None = None,
         vector_cache: TextVectorCache | None = None,
     ) -> None:
-        _validate_rule(budget, min_seeds, continuity_bonus, lambda_, gamma, window, direction)
-        _validate_max_tokens(max_tokens, min_seeds if budget is not None else 1)
+        _validate_rule(budget, k, continuity_bonus, lambda_, gamma, window, direction)
+        _validate_max_tokens(max_tokens, k if budget is not None else 1)
         _validate_choices(merge_passages, on_error, previous_id_key, next_id_key, document_id_key)
         source = _choose_source(docstore, vector_store, neighbor_source)
         if embed_model is not None and not isinstance(embed_model, BaseEmbedding):
@@ -258,7 +259,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             )
         super().__init__(  # type: ignore[call-arg]  # pydantic fields declared above
             budget=budget,
-            min_seeds=min_seeds,
+            k=k,
             continuity_bonus=continuity_bonus,
             lambda_=lambda_,
             gamma=gamma,
@@ -285,7 +286,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         index: VectorStoreIndex,
         *,
         budget: int | None = DEFAULT_BUDGET,
-        min_seeds: int = DEFAULT_SEEDS,
+        k: int = DEFAULT_SEEDS,
         continuity_bonus: float = DEFAULT_CONTINUITY_BONUS,
         lambda_: float = DEFAULT_LAMBDA,
         gamma: float = DEFAULT_GAMMA,
@@ -305,7 +306,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         Args:
             index: The index whose query engine the postprocessor will serve.
             budget: Nodes returned (budget mode); ``None`` for plain mode, the paper's rule.
-            min_seeds: Incoming nodes always kept in budget mode, ``<= budget``.
+            k: Incoming nodes always kept in budget mode, ``<= budget``.
             continuity_bonus: Budget mode's credit for continuing a passage, ``>= 0``.
             lambda_: Boundary-penalty weight, ``>= 0``.
             gamma: Plain mode's relative threshold in ``(0, 1]``.
@@ -326,7 +327,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             docstore=index.docstore,
             vector_store=index.vector_store,
             budget=budget,
-            min_seeds=min_seeds,
+            k=k,
             continuity_bonus=continuity_bonus,
             lambda_=lambda_,
             gamma=gamma,
@@ -363,7 +364,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def budget_settings(self, incoming: int) -> BudgetSettings:
         """The budget mode's settings for a call that receives ``incoming`` distinct nodes.
 
-        ``min_seeds`` is capped at ``incoming``: all of fewer nodes are kept.
+        Its ``min_seeds`` is ``k`` capped at ``incoming``: all of fewer nodes are kept.
 
         Raises:
             InvalidSettingsError: In plain mode (``budget=None``), or if a setting is invalid.
@@ -375,19 +376,19 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             )
         _validate_rule(
             self.budget,
-            self.min_seeds,
+            self.k,
             self.continuity_bonus,
             self.lambda_,
             self.gamma,
             self.window,
             self.direction,
         )
-        _validate_max_tokens(self.max_tokens, self.min_seeds)
+        _validate_max_tokens(self.max_tokens, self.k)
         return BudgetSettings(
             max_chunks=int(self.budget),
             continuity_bonus=float(self.continuity_bonus),
             lambda_=float(self.lambda_),
-            min_seeds=max(1, min(int(self.min_seeds), incoming)),
+            min_seeds=max(1, min(int(self.k), incoming)),
             window=None if self.window is None else int(self.window),
             direction=self.direction,
             max_tokens=None if self.max_tokens is None else int(self.max_tokens),
@@ -513,7 +514,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def _report_over_budget(self, incoming: int, budget: int) -> None:
         message = (
             "%d nodes arrived for a budget of %d: the incoming nodes that win no slot are left "
-            "out (the best min_seeds are always kept). Lower similarity_top_k to the budget, or "
+            "out (the k best are always kept). Lower similarity_top_k to the budget, or "
             "raise budget, to keep them all."
         )
         if not self._warned_over_budget:
@@ -715,7 +716,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
 
 def _validate_rule(
     budget: int | None,
-    min_seeds: int,
+    k: int,
     continuity_bonus: float,
     lambda_: float,
     gamma: float,
@@ -735,7 +736,7 @@ def _validate_rule(
         window=DEFAULT_WINDOW if window is None else window,
         direction=direction,
     )
-    validate_k(min_seeds, "min_seeds")
+    validate_k(k, "k")
     bonus = continuity_bonus
     if (
         not isinstance(bonus, numbers.Real)
@@ -750,10 +751,10 @@ def _validate_rule(
     if budget is None:
         return
     validate_k(budget, "budget")
-    if budget < min_seeds:
+    if budget < k:
         raise InvalidSettingsError(
-            f"budget={budget} is smaller than min_seeds={min_seeds}: a budget smaller than the "
-            "number of seeds cannot keep them all. Raise budget, lower min_seeds, or pass "
+            f"budget={budget} is smaller than k={k}: a budget smaller than the "
+            "number of seeds cannot keep them all. Raise budget, lower k, or pass "
             "budget=None for plain SCAR."
         )
 
@@ -764,7 +765,7 @@ def _validate_max_tokens(max_tokens: int | None, seeds: int) -> None:
     validate_k(max_tokens, "max_tokens")
     if max_tokens < seeds:
         raise InvalidSettingsError(
-            f"max_tokens={max_tokens} is smaller than min_seeds={seeds}; the budget must leave "
+            f"max_tokens={max_tokens} is smaller than k={seeds}; the budget must leave "
             "at least one token per seed (seeds are never dropped)."
         )
 

@@ -99,7 +99,7 @@ def test_a_continuing_neighbour_outbids_a_weaker_incoming_node(hand) -> None:
     doc_a, doc_b = hand
     incoming = scored([doc_a[1], doc_b[0], doc_b[1]], [0.9, 0.8, 0.7])
     bundle = QueryBundle(QUERY, embedding=Q)
-    scar = SCARNodePostprocessor(docstore=docstore_of(doc_a + doc_b), budget=2, min_seeds=1)
+    scar = SCARNodePostprocessor(docstore=docstore_of(doc_a + doc_b), budget=2, k=1)
     output = scar.postprocess_nodes(incoming, bundle)
     # S(A2) = cos 40° - 0.1 (1 - cos 30°) = 0.753; plus the bonus 0.953 > cos 35° = 0.819.
     s_a2 = cos_deg(40) - 0.1 * (1 - cos_deg(30))
@@ -118,7 +118,7 @@ def test_a_continuing_neighbour_outbids_a_weaker_incoming_node(hand) -> None:
 def test_min_seeds_incoming_nodes_are_kept_whatever_the_bids(hand) -> None:
     doc_a, doc_b = hand
     incoming = scored([doc_a[1], doc_b[0], doc_b[1]], [0.9, 0.8, 0.7])
-    scar = SCARNodePostprocessor(docstore=docstore_of(doc_a + doc_b), budget=3, min_seeds=3)
+    scar = SCARNodePostprocessor(docstore=docstore_of(doc_a + doc_b), budget=3, k=3)
     output = scar.postprocess_nodes(incoming, QueryBundle(QUERY, embedding=Q))
     assert ids_and_scores(output) == [("A1", 0.9), ("B0", 0.8), ("B1", 0.7)]
 
@@ -137,7 +137,7 @@ def test_more_incoming_nodes_than_the_budget_warns_once(
     doc_a, doc_b = hand
     nodes = doc_a + doc_b
     incoming = scored(nodes, [0.5, 0.9, 0.1, 0.8, 0.7])
-    scar = SCARNodePostprocessor(docstore=docstore_of(nodes), budget=3, min_seeds=2)
+    scar = SCARNodePostprocessor(docstore=docstore_of(nodes), budget=3, k=2)
     bundle = QueryBundle(QUERY, embedding=Q)
     with caplog.at_level(logging.WARNING, logger="scar_llamaindex"):
         first = scar.postprocess_nodes(incoming, bundle)
@@ -161,14 +161,14 @@ def scenarios(draw: st.DrawFn) -> dict:
     vectors = draw(st.lists(VECTOR, min_size=length, max_size=length))
     seeds = draw(st.lists(st.integers(0, length - 1), min_size=1, max_size=min(length + 2, 8)))
     missing = draw(st.sets(st.integers(0, length - 1), max_size=length // 2))
-    min_seeds = draw(st.integers(1, 4))
+    k = draw(st.integers(1, 4))
     return {
         "vectors": vectors,
         "seeds": seeds,
         "missing": missing - set(seeds),
         "query": draw(VECTOR),
-        "min_seeds": min_seeds,
-        "budget": min_seeds + draw(st.integers(0, 6)),
+        "k": k,
+        "budget": k + draw(st.integers(0, 6)),
         "window": draw(st.sampled_from([None, None, 1, 2, 3])),
         "direction": draw(st.sampled_from(["both", "both", "previous", "next"])),
         "continuity_bonus": draw(st.sampled_from([0.0, 0.1, 0.2, 0.5])),
@@ -187,7 +187,7 @@ def test_budget_mode_selects_what_select_within_budget_selects(scenario: dict) -
     scores = [float(-rank) for rank in range(len(incoming))]
     knobs = {
         key: scenario[key]
-        for key in ("budget", "min_seeds", "window", "direction", "continuity_bonus", "lambda_")
+        for key in ("budget", "k", "window", "direction", "continuity_bonus", "lambda_")
     }
     source = CountingSource(stored)
     scar = SCARNodePostprocessor(neighbor_source=source, **knobs)
@@ -205,7 +205,7 @@ def test_budget_mode_selects_what_select_within_budget_selects(scenario: dict) -
             max_chunks=scenario["budget"],
             continuity_bonus=scenario["continuity_bonus"],
             lambda_=scenario["lambda_"],
-            min_seeds=min(scenario["min_seeds"], len(seed_ids)),
+            min_seeds=min(scenario["k"], len(seed_ids)),
             window=scenario["window"],
             direction=scenario["direction"],
         ),
@@ -213,7 +213,7 @@ def test_budget_mode_selects_what_select_within_budget_selects(scenario: dict) -
     ids = [item.node.node_id for item in output]
     assert sorted(ids) == sorted(reference.chunk_ids)
     assert len(ids) == len(set(ids)) <= scenario["budget"]
-    assert set(seed_ids[: scenario["min_seeds"]]) <= set(ids)
+    assert set(seed_ids[: scenario["k"]]) <= set(ids)
     first_score = {s.node_id: sc for s, sc in reversed(list(zip(incoming, scores, strict=True)))}
     for item in output:
         chunk = reference.get(item.node.node_id)
@@ -245,7 +245,7 @@ def long_chain(length: int = 30, seed: int = 10) -> list[TextNode]:
 def test_unlimited_growth_costs_one_fetch_per_ring() -> None:
     chain = long_chain()
     source = CountingSource(chain)
-    scar = SCARNodePostprocessor(neighbor_source=source, min_seeds=1)
+    scar = SCARNodePostprocessor(neighbor_source=source, k=1)
     output = scar.postprocess_nodes(scored([chain[10]], [0.9]), QueryBundle(QUERY, embedding=Q))
     assert [item.node.node_id for item in output] == [f"n{i}" for i in range(10, 20)]
     # Two rings prefetched, then one fetch per ring up to n20, the node beyond the last taken.
@@ -259,7 +259,7 @@ def test_unlimited_growth_costs_one_fetch_per_ring() -> None:
 def test_a_window_limits_growth_and_the_prefetch(window: int) -> None:
     chain = long_chain()
     source = CountingSource(chain)
-    scar = SCARNodePostprocessor(neighbor_source=source, min_seeds=1, window=window)
+    scar = SCARNodePostprocessor(neighbor_source=source, k=1, window=window)
     output = scar.postprocess_nodes(scored([chain[10]], [0.9]), QueryBundle(QUERY, embedding=Q))
     assert [item.node.node_id for item in output][-1] == f"n{10 + window}"
     assert len(source.calls) == window
@@ -309,7 +309,7 @@ async def test_async_path_equals_sync_path_with_only_async_fetches(merge_passage
     chain = long_chain(16, seed=6)
     sync_source, async_source = CountingSource(chain), CountingSource(chain)
     incoming = scored([chain[6], chain[2], chain[12]], [0.9, 0.5, 0.4])
-    knobs = {"min_seeds": 1, "budget": 8, "merge_passages": merge_passages}
+    knobs = {"k": 1, "budget": 8, "merge_passages": merge_passages}
     sync_out = SCARNodePostprocessor(neighbor_source=sync_source, **knobs).postprocess_nodes(
         incoming, QueryBundle(QUERY, embedding=Q)
     )
@@ -353,7 +353,7 @@ async def test_store_failure_in_budget_mode(use_async: bool) -> None:
     chain = long_chain(12, seed=4)
     incoming = scored([chain[4], chain[8], chain[1]], [0.9, 0.5, 0.4])
     bundle = QueryBundle(QUERY, embedding=Q)
-    raising = SCARNodePostprocessor(neighbor_source=BrokenSource(chain), budget=2, min_seeds=1)
+    raising = SCARNodePostprocessor(neighbor_source=BrokenSource(chain), budget=2, k=1)
     call = (
         raising.apostprocess_nodes(incoming, bundle)
         if use_async
@@ -363,7 +363,7 @@ async def test_store_failure_in_budget_mode(use_async: bool) -> None:
         await call
     assert isinstance(caught.value.__cause__, ConnectionError)
     lenient = SCARNodePostprocessor(
-        neighbor_source=BrokenSource(chain), budget=2, min_seeds=1, on_error="return_seeds"
+        neighbor_source=BrokenSource(chain), budget=2, k=1, on_error="return_seeds"
     )
     output = (
         await lenient.apostprocess_nodes(incoming, bundle)
@@ -387,7 +387,7 @@ def test_token_budget_counts_each_node_and_equals_the_core() -> None:
         scar = SCARNodePostprocessor(
             docstore=docstore_of(chain),
             budget=8,
-            min_seeds=1,
+            k=1,
             max_tokens=max_tokens,
             token_counter=words,
         )
@@ -430,7 +430,7 @@ def test_a_neighbour_with_a_nan_vector_is_skipped_with_a_warning_naming_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     chain = linked_nodes(["c0", "c1", "c2"], vectors=[unit(5.0), unit(1.0), [math.nan, 1.0]])
-    scar = SCARNodePostprocessor(docstore=docstore_of(chain), budget=3, min_seeds=1)
+    scar = SCARNodePostprocessor(docstore=docstore_of(chain), budget=3, k=1)
     with caplog.at_level(logging.WARNING, logger="scar_llamaindex"):
         output = scar.postprocess_nodes(scored([chain[1]], [0.9]), QueryBundle(QUERY, embedding=Q))
     assert [item.node.node_id for item in output] == ["n0", "n1"]

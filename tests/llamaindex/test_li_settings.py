@@ -41,7 +41,7 @@ def test_public_names_are_pinned() -> None:
 def test_defaults_are_budget_mode_and_budget_none_is_the_papers_rule() -> None:
     scar = SCARNodePostprocessor(docstore=SimpleDocumentStore())
     assert isinstance(scar, BaseNodePostprocessor)
-    assert (scar.budget, scar.min_seeds, scar.continuity_bonus) == (10, 3, 0.2)
+    assert (scar.budget, scar.k, scar.continuity_bonus) == (10, 3, 0.2)
     assert (scar.lambda_, scar.window, scar.direction, scar.max_tokens) == (0.1, None, "both", None)
     assert (scar.merge_passages, scar.on_error, scar.mode) == (False, "raise", "budget")
     assert scar.budget_settings(12) == BudgetSettings(10, 0.2, 0.1, min_seeds=3)
@@ -88,7 +88,7 @@ def test_fields_have_descriptions() -> None:
         ("merge_passages", "yes", r"merge_passages='yes' is not valid"),
         ("previous_id_key", "", r"previous_id_key='' is not valid"),
         ("next_id_key", 3, r"next_id_key=3 is not valid"),
-        ("min_seeds", 0, r"min_seeds=0 is not valid; it must be an integer >= 1"),
+        ("k", 0, r"k=0 is not valid; it must be an integer >= 1"),
         ("continuity_bonus", -0.1, r"continuity_bonus=-0.1 is not valid; .* >= 0"),
         ("continuity_bonus", float("nan"), r"continuity_bonus=nan is not valid"),
         ("max_tokens", 0, r"max_tokens=0 is not valid; it must be an integer >= 1"),
@@ -105,11 +105,11 @@ def test_bad_settings_are_rejected_at_construction(
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"budget": 2}, r"budget=2 is smaller than min_seeds=3: a budget smaller than the number"),
-        ({"budget": 4, "min_seeds": 5}, r"budget=4 is smaller than min_seeds=5"),
+        ({"budget": 2}, r"budget=2 is smaller than k=3: a budget smaller than the number"),
+        ({"budget": 4, "k": 5}, r"budget=4 is smaller than k=5"),
         ({"budget": 0}, r"budget=0 is not valid; it must be an integer >= 1"),
         ({"budget": 2.5}, r"budget=2.5 is not valid"),
-        ({"max_tokens": 2}, r"max_tokens=2 is smaller than min_seeds=3"),
+        ({"max_tokens": 2}, r"max_tokens=2 is smaller than k=3"),
     ],
 )
 def test_bad_budget_settings_are_rejected_at_construction(
@@ -124,7 +124,7 @@ def test_bad_budget_settings_are_rejected_at_construction(
     [
         (None, "gamma", 2.0, r"gamma=2\.0"),
         (10, "gamma", 2.0, r"gamma=2\.0"),
-        (10, "budget", 1, r"budget=1 is smaller than min_seeds=3"),
+        (10, "budget", 1, r"budget=1 is smaller than k=3"),
         (10, "continuity_bonus", -1.0, r"continuity_bonus=-1\.0"),
     ],
 )
