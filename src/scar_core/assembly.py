@@ -68,10 +68,32 @@ class Passage:
         return [chunk.chunk_id for chunk in self.chunks]
 
 
+def _walked_pairs(result: ExpansionResult) -> list[tuple[str, str]]:
+    """``(before, after)`` for every accepted neighbour and the chunk it was reached from."""
+    pairs: list[tuple[str, str]] = []
+    for chunk in result.selected:
+        decision = chunk.decision
+        if chunk.origin != "neighbor" or decision is None:
+            continue
+        if decision.direction == "previous":
+            pairs.append((chunk.chunk_id, decision.via_id))
+        else:
+            pairs.append((decision.via_id, chunk.chunk_id))
+    return pairs
+
+
 def _runs(
-    chunk_ids: Sequence[str], records: Mapping[str, ChunkRecord], graph: NeighborGraph | None
+    chunk_ids: Sequence[str],
+    records: Mapping[str, ChunkRecord],
+    graph: NeighborGraph | None,
+    walked: Sequence[tuple[str, str]] = (),
 ) -> list[list[str]]:
-    """Split the selected ids into contiguous runs in document order."""
+    """Split the selected ids into contiguous runs in document order.
+
+    ``walked`` holds the ``(before, after)`` pairs the expansion walked across. They win over
+    the links, so an added neighbour stays next to the chunk it was reached from even when the
+    links disagree (a chunk's previous link names a chunk whose next link names another).
+    """
     selected = set(chunk_ids)
 
     def following(chunk_id: str) -> str | None:
@@ -91,8 +113,20 @@ def _runs(
                 return other
         return None
 
-    successor = {chunk_id: following(chunk_id) for chunk_id in chunk_ids}
-    has_predecessor = {target for target in successor.values() if target is not None}
+    # The walked pairs first: they are how each added neighbour joined its seed. Then the
+    # links, wherever both ends are still free.
+    successor: dict[str, str | None] = dict.fromkeys(chunk_ids)
+    has_predecessor: set[str] = set()
+    pairs = [*walked, *((c, following(c)) for c in chunk_ids)]
+    for before, after in pairs:
+        if (
+            before in selected
+            and after in selected
+            and successor[before] is None
+            and after not in has_predecessor
+        ):
+            successor[before] = after
+            has_predecessor.add(after)
     runs: list[list[str]] = []
     placed: set[str] = set()
     # Heads first; then any chunk left over (only possible on a cycle) starts its own run.
@@ -151,7 +185,7 @@ def assemble_passages(
     """
     by_id = {chunk.chunk_id: chunk for chunk in result.selected}
     passages: list[Passage] = []
-    for run in _runs(result.chunk_ids, records, graph):
+    for run in _runs(result.chunk_ids, records, graph, _walked_pairs(result)):
         run_records = [records.get(c, ChunkRecord(chunk_id=c, text="")) for c in run]
         chunks = tuple(by_id[c] for c in run)
         best = min(chunks, key=lambda chunk: (chunk.seed_rank, chunk.origin != "seed"))

@@ -708,11 +708,32 @@ def _select_plain(pool: QueryPool, request: _PlainRequest, keys: ChunkMetadataKe
     while True:
         result = policy.expand(pool.query_vector, pool.seeds[:used], graph, pool.vectors)
         passages = assemble_passages(result, records, graph)
-        if len(passages) >= request.k or used >= len(pool.seeds):
+        held = sum(_holds_seed(passage) for passage in passages)
+        if held >= request.k or used >= len(pool.seeds):
             break
-        used = min(used + request.k - len(passages), len(pool.seeds))
-    complete = len(passages) >= request.k
-    return _Selection(result, passages[: request.k], records, graph, complete)
+        used = min(used + request.k - held, len(pool.seeds))
+    return _Selection(
+        result, _first_passages(passages, request.k), records, graph, held >= request.k
+    )
+
+
+def _holds_seed(passage: Passage) -> bool:
+    return any(chunk.origin == "seed" for chunk in passage.chunks)
+
+
+def _first_passages(passages: Sequence[Passage], k: int) -> list[Passage]:
+    """The ``k`` best passages that hold a seed, with any neighbour-only run of their seeds.
+
+    Links that disagree with each other can leave an added neighbour in a run of its own; such
+    a run is kept with its seed and never counts towards ``k``, so it cannot push a seed out.
+    """
+    kept = [p for p in passages if _holds_seed(p)][:k]
+    ranks = {c.seed_rank for p in kept for c in p.chunks if c.origin == "seed"}
+    return [
+        p
+        for p in passages
+        if any(p is q for q in kept) or (not _holds_seed(p) and p.seed_rank in ranks)
+    ]
 
 
 def _budget_selection(run: BudgetRun, keys: ChunkMetadataKeys) -> _Selection:
