@@ -241,6 +241,8 @@ class PGVectorChunks:
         self._engine: Engine = (
             sqlalchemy.create_engine(connection) if isinstance(connection, str) else connection
         )
+        # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
+        self._reads = self._engine.execution_options(isolation_level="AUTOCOMMIT")
         self._async = _AsyncEngines(
             async_connection if async_connection is not None else self._engine.url
         )
@@ -364,7 +366,7 @@ class PGVectorChunks:
             return
         with self._layout_lock:
             if self._layout is None:
-                with self._engine.connect() as connection:
+                with self._reads.connect() as connection:
                     rows = connection.execute(
                         self._catalogue_query(),
                         {"schema": self.table.schema_name, "table": self.table.table_name},
@@ -376,7 +378,7 @@ class PGVectorChunks:
         requested = self._queryable(chunk_ids)
         if not requested:
             return {}, {}
-        with self._engine.connect() as connection:
+        with self._reads.connect() as connection:
             rows = connection.execute(self._select(with_documents), {"ids": list(requested)}).all()
         return self._collect(requested, rows, with_documents)
 
@@ -399,7 +401,7 @@ class PGVectorChunks:
     async def _aensure_layout(self, engine: AsyncEngine) -> None:
         if self._layout is not None:
             return
-        async with engine.connect() as connection:
+        async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
             result = await connection.execute(
                 self._catalogue_query(),
                 {"schema": self.table.schema_name, "table": self.table.table_name},
@@ -416,7 +418,7 @@ class PGVectorChunks:
         requested = self._queryable(chunk_ids)
         if not requested:
             return {}, {}
-        async with engine.connect() as connection:
+        async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
             result = await connection.execute(
                 self._select(with_documents), {"ids": list(requested)}
             )

@@ -197,6 +197,8 @@ class PGVectorNodeSource:
     ) -> None:
         self._table = _Table.of(vector_store)
         self._engine, self._owns_engine = _sync_engine(vector_store, engine)
+        # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
+        self._reads = self._engine.execution_options(isolation_level="AUTOCOMMIT")
         self._async = _AsyncEngines(
             async_engine if async_engine is not None else vector_store.async_connection_string
         )
@@ -245,7 +247,7 @@ class PGVectorNodeSource:
         ids = self._ids(node_ids, vector_ids)
         if not ids:
             return FetchedNodes()
-        with self._engine.connect() as connection:
+        with self._reads.connect() as connection:
             rows = connection.execute(self._select(), {"ids": ids}).all()
         return self._collect(node_ids, rows)
 
@@ -254,7 +256,11 @@ class PGVectorNodeSource:
         ids = self._ids(node_ids, vector_ids)
         if not ids:
             return FetchedNodes()
-        async with self._async.current().connect() as connection:
+        async with (
+            self._async.current()
+            .execution_options(isolation_level="AUTOCOMMIT")
+            .connect() as connection
+        ):
             result = await connection.execute(self._select(), {"ids": ids})
             rows = result.all()
         return self._collect(node_ids, rows)

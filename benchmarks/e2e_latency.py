@@ -1,0 +1,499 @@
+"""Benchmark 1: end-to-end latency of SCAR against the plain retriever on the same store.
+
+For each corpus size and dimension, in memory and on pgvector, this times per query:
+
+* LangChain: ``store.as_retriever(k=K)`` against ``SCARRetriever`` on the same store, in plain
+  mode (``budget=None, k=4``: the first search asks for 2k = 8 hits, so K = 8) and in the
+  default budget mode (``budget=10``: the search asks for 10 hits, so K = 10). On pgvector SCAR
+  runs with its default sources (``get_by_ids`` for neighbours, the store's ``get`` for vectors,
+  text-encoded) and with ``PGVectorChunks`` as both sources (binary vectors, one query each).
+* LlamaIndex: ``index.as_retriever(similarity_top_k=10).retrieve`` alone against the same call
+  followed by ``SCARNodePostprocessor`` (budget mode and plain mode): the postprocessor's added
+  latency. On pgvector the index lives only in the database (empty docstore).
+
+Query embedding is excluded: a fake model returns stored query vectors at once, for all sides.
+Every round runs each contender on the same query in turn, so machine noise is shared; the
+median over rounds is reported, and the ratio of medians.
+
+The in-memory LangChain store holds its vectors as float32 numpy rows (an ``InMemoryVectorStore``
+keeps whatever the model returns) so that 100k x 1536 fits in memory; its search is still the
+store's own full scan. LlamaIndex in memory (``SimpleVectorStore``) runs at 10k only: it keeps
+vectors as Python lists and converts all of them on every query.
+
+Usage::
+
+    python benchmarks/e2e_latency.py                      # 10k and 100k, d = 384 and 1536
+    python benchmarks/e2e_latency.py --sizes 10000 --dims 384 --rounds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from bench_postgres import copy_rows, create_hnsw_index, drop_hnsw_indexes, pgvector_server
+from bench_support import (
+    Corpus,
+    chunk_metadata,
+    interleaved_medians,
+    machine_summary,
+    make_corpus,
+    make_queries,
+    markdown_table,
+    write_result,
+)
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.vectorstores import InMemoryVectorStore
+from psycopg.types.json import Json
+
+from scar_langchain import PGVectorChunks, PGVectorTable, SCARRetriever
+
+
+class PrecomputedEmbeddings(Embeddings):
+    """Returns stored vectors by text, at once: query embedding costs nothing on either side."""
+
+    def __init__(self, corpus: Corpus, queries: dict[str, list[float]]) -> None:
+        self.rows = {corpus.text(row): row for row in range(corpus.size)}
+        self.vectors = corpus.vectors
+        self.queries = queries
+        self.documents_embedded = 0
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.documents_embedded += len(texts)
+        return [self.vectors[self.rows[text]] for text in texts]  # type: ignore[misc]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.queries[text]
+
+
+def documents_of(corpus: Corpus) -> list[Document]:
+    return [
+        Document(
+            id=corpus.chunk_id(row),
+            page_content=corpus.text(row),
+            metadata=chunk_metadata(corpus, row),
+        )
+        for row in range(corpus.size)
+    ]
+
+
+def langchain_contenders(
+    store: Any, query_texts: list[str], chunks: PGVectorChunks | None
+) -> dict[str, Callable[[int], object]]:
+    retrievers: dict[str, Any] = {
+        "plain k=8": store.as_retriever(search_kwargs={"k": 8}),
+        "SCAR plain (budget=None, k=4)": SCARRetriever(vectorstore=store, budget=None, k=4),
+        "plain k=10": store.as_retriever(search_kwargs={"k": 10}),
+        "SCAR budget=10": SCARRetriever(vectorstore=store),
+    }
+    if chunks is not None:
+        retrievers["SCAR plain + PGVectorChunks"] = SCARRetriever(
+            vectorstore=store, budget=None, k=4, neighbor_source=chunks, vector_source=chunks
+        )
+        retrievers["SCAR budget=10 + PGVectorChunks"] = SCARRetriever(
+            vectorstore=store, neighbor_source=chunks, vector_source=chunks
+        )
+    return {
+        name: (lambda i, r=retriever: r.invoke(query_texts[i]))
+        for name, retriever in retrievers.items()
+    }
+
+
+def statements_per_query(
+    engines: list[Any], contenders: dict[str, Callable[[int], object]]
+) -> dict[str, float]:
+    """SQL statements each contender sends per query, over five queries (a measurement aid: it listens on the
+    stores' SQLAlchemy engines, ``PGEngine._pool`` included)."""
+    import sqlalchemy
+
+    sent: list[str] = []
+
+    def count(*arguments: Any) -> None:
+        sent.append(arguments[2])
+
+    for engine in engines:
+        sqlalchemy.event.listen(engine, "before_cursor_execute", count)
+    counts = {}
+    for name, run in contenders.items():
+        run(0)
+        sent.clear()
+        for query in range(1, 6):
+            run(query)
+        counts[name] = len(sent) / 5
+    for engine in engines:
+        sqlalchemy.event.remove(engine, "before_cursor_execute", count)
+    return counts
+
+
+def langchain_rows(
+    label: str,
+    medians: dict[str, float],
+    embeddings: PrecomputedEmbeddings,
+    statements: dict[str, float] | None = None,
+) -> list[list[object]]:
+    pairs = [
+        ("SCAR plain (budget=None, k=4)", "plain k=8"),
+        ("SCAR plain + PGVectorChunks", "plain k=8"),
+        ("SCAR budget=10", "plain k=10"),
+        ("SCAR budget=10 + PGVectorChunks", "plain k=10"),
+    ]
+    rows = []
+    for scar, plain in pairs:
+        if scar in medians:
+            rows.append(
+                [
+                    label,
+                    scar,
+                    f"{medians[plain] * 1e3:.2f}",
+                    f"{medians[scar] * 1e3:.2f}",
+                    f"{(medians[scar] - medians[plain]) * 1e3:+.2f}",
+                    f"**{medians[scar] / medians[plain]:.3f}x**",
+                    f"{statements[plain]:.1f} / {statements[scar]:.1f}" if statements else "-",
+                ]
+            )
+    assert embeddings.documents_embedded == 0, "SCAR embedded chunks at query time"
+    return rows
+
+
+# -- LlamaIndex ------------------------------------------------------------------------------
+
+
+def llamaindex_nodes(corpus: Corpus) -> list[Any]:
+    from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+
+    nodes = []
+    for row in range(corpus.size):
+        relationships = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=corpus.document_of(row))}
+        if corpus.links[row, 0] >= 0:
+            relationships[NodeRelationship.PREVIOUS] = RelatedNodeInfo(
+                node_id=corpus.chunk_id(int(corpus.links[row, 0]))
+            )
+        if corpus.links[row, 1] >= 0:
+            relationships[NodeRelationship.NEXT] = RelatedNodeInfo(
+                node_id=corpus.chunk_id(int(corpus.links[row, 1]))
+            )
+        nodes.append(
+            TextNode(id_=corpus.chunk_id(row), text=corpus.text(row), relationships=relationships)
+        )
+    return nodes
+
+
+def llamaindex_embed_model() -> Any:
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+
+    class NoEmbedding(BaseEmbedding):
+        """Fails loudly: in these runs nodes carry their vectors and queries come embedded."""
+
+        def _get_text_embedding(self, text: str) -> list[float]:
+            raise AssertionError("a node was embedded")
+
+        def _get_query_embedding(self, query: str) -> list[float]:
+            raise AssertionError("a query was embedded")
+
+        async def _aget_query_embedding(self, query: str) -> list[float]:
+            raise AssertionError("a query was embedded")
+
+    return NoEmbedding(model_name="none")
+
+
+def llamaindex_contenders(
+    index: Any, bundles: list[Any], extra_sources: dict[str, Any]
+) -> dict[str, Callable[[int], object]]:
+    from scar_llamaindex import SCARNodePostprocessor
+
+    retriever = index.as_retriever(similarity_top_k=10)
+    budget = SCARNodePostprocessor.from_index(index)
+    plain = SCARNodePostprocessor.from_index(index, budget=None)
+    contenders: dict[str, Callable[[int], object]] = {
+        "retrieve (top 10)": lambda i: retriever.retrieve(bundles[i]),
+        "+ SCAR budget=10": lambda i: budget.postprocess_nodes(
+            retriever.retrieve(bundles[i]), bundles[i]
+        ),
+        "+ SCAR plain (budget=None)": lambda i: plain.postprocess_nodes(
+            retriever.retrieve(bundles[i]), bundles[i]
+        ),
+    }
+    for name, source in extra_sources.items():
+        scar = SCARNodePostprocessor(neighbor_source=source, embed_model=llamaindex_embed_model())
+        contenders[name] = lambda i, s=scar: s.postprocess_nodes(
+            retriever.retrieve(bundles[i]), bundles[i]
+        )
+    return contenders
+
+
+def llamaindex_rows(
+    label: str, medians: dict[str, float], statements: dict[str, float] | None = None
+) -> list[list[object]]:
+    base = medians["retrieve (top 10)"]
+    return [
+        [
+            label,
+            name,
+            f"{base * 1e3:.2f}",
+            f"{value * 1e3:.2f}",
+            f"{(value - base) * 1e3:+.2f}",
+            f"**{value / base:.3f}x**",
+            f"{statements['retrieve (top 10)']:.1f} / {statements[name]:.1f}"
+            if statements
+            else "-",
+        ]
+        for name, value in medians.items()
+        if name != "retrieve (top 10)"
+    ]
+
+
+def load_llamaindex_table(server: Any, corpus: Corpus, table: str) -> Any:
+    from llama_index.core.vector_stores.utils import node_to_metadata_dict
+    from llama_index.vector_stores.postgres import PGVectorStore
+
+    uri = server.get_uri(driver="psycopg")
+    store = PGVectorStore(
+        connection_string=uri,
+        async_connection_string=uri,
+        table_name=table,
+        embed_dim=corpus.dimension,
+    )
+    nodes = llamaindex_nodes(corpus)
+    first = nodes[0].model_copy()
+    first.embedding = corpus.vectors[0].tolist()
+    store.add([first])  # creates the table the LlamaIndex way
+    rows = (
+        (
+            node.get_content(),
+            Json(node_to_metadata_dict(node, remove_text=True, flat_metadata=False)),
+            node.node_id,
+            corpus.vectors[index],
+        )
+        for index, node in enumerate(nodes)
+        if index > 0
+    )
+    seconds = copy_rows(
+        server.get_uri(),
+        f"data_{table}",
+        ["text", "metadata_", "node_id", "embedding"],
+        ["varchar", "json", "varchar", "vector"],
+        rows,
+    )
+    print(f"  loaded {corpus.size:,} LlamaIndex rows in {seconds:.1f}s", flush=True)
+    return store
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--dims", type=int, nargs="+", default=[384, 1536])
+    parser.add_argument("--backends", nargs="+", default=["memory", "pgvector"])
+    parser.add_argument("--rounds", type=int, default=30, help="queries per contender at 10k")
+    parser.add_argument(
+        "--rounds-large", type=int, default=12, help="queries per contender at 100k+"
+    )
+    parser.add_argument(
+        "--hnsw",
+        nargs="*",
+        default=["10000:384", "10000:1536", "100000:384"],
+        help="size:dim pairs also timed with an HNSW index (exact scans are always timed)",
+    )
+    parser.add_argument("--no-llamaindex", action="store_true")
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)
+
+    print(machine_summary(), flush=True)
+    langchain_table: list[list[object]] = []
+    llamaindex_table: list[list[object]] = []
+    notes: list[str] = []
+    server_context = pgvector_server() if "pgvector" in args.backends else None
+    server = server_context.__enter__() if server_context is not None else None
+    try:
+        for size in args.sizes:
+            rounds = args.rounds if size <= 10_000 else args.rounds_large
+            for dimension in args.dims:
+                corpus = make_corpus(size, dimension)
+                query_vectors = make_queries(corpus, rounds + 2)
+                query_texts = [f"query {i}" for i in range(len(query_vectors))]
+                queries = {
+                    text: vector.tolist()
+                    for text, vector in zip(query_texts, query_vectors, strict=True)
+                }
+                embeddings = PrecomputedEmbeddings(corpus, queries)
+                label = f"{size // 1000}k, d={dimension}"
+                print(f"{label}: {rounds} rounds", flush=True)
+
+                if "memory" in args.backends:
+                    store = InMemoryVectorStore(embeddings)
+                    store.add_documents(documents_of(corpus), ids=corpus.chunk_ids())
+                    embeddings.documents_embedded = 0
+                    medians = interleaved_medians(
+                        langchain_contenders(store, query_texts, None), rounds
+                    )
+                    langchain_table += langchain_rows(f"{label}, memory", medians, embeddings)
+                    print(
+                        "  langchain memory",
+                        {k: round(v * 1e3, 2) for k, v in medians.items()},
+                        flush=True,
+                    )
+                    del store
+                    if not args.no_llamaindex and size <= 10_000:
+                        from llama_index.core import VectorStoreIndex
+                        from llama_index.core.schema import QueryBundle
+
+                        nodes = llamaindex_nodes(corpus)
+                        for row, node in enumerate(nodes):
+                            node.embedding = corpus.vectors[row].tolist()
+                        index = VectorStoreIndex(nodes, embed_model=llamaindex_embed_model())
+                        bundles = [
+                            QueryBundle(query_str=t, embedding=queries[t]) for t in query_texts
+                        ]
+                        medians = interleaved_medians(
+                            llamaindex_contenders(index, bundles, {}), rounds
+                        )
+                        llamaindex_table += llamaindex_rows(f"{label}, memory", medians)
+                        print(
+                            "  llamaindex memory",
+                            {k: round(v * 1e3, 2) for k, v in medians.items()},
+                            flush=True,
+                        )
+                        del index, nodes
+
+                if server is not None:
+                    from langchain_postgres import PGEngine, PGVectorStore
+
+                    table = f"lc_{size}_{dimension}"
+                    engine = PGEngine.from_connection_string(server.get_uri(driver="psycopg"))
+                    engine.init_vectorstore_table(table, dimension)
+                    rows = (
+                        (
+                            uuid.UUID(corpus.chunk_id(row)),
+                            corpus.text(row),
+                            corpus.vectors[row],
+                            Json(chunk_metadata(corpus, row)),
+                        )
+                        for row in range(corpus.size)
+                    )
+                    seconds = copy_rows(
+                        server.get_uri(),
+                        table,
+                        ["langchain_id", "content", "embedding", "langchain_metadata"],
+                        ["uuid", "text", "vector", "json"],
+                        rows,
+                    )
+                    print(f"  loaded {size:,} LangChain rows in {seconds:.1f}s", flush=True)
+                    store = PGVectorStore.create_sync(engine, embeddings, table)
+                    chunks = PGVectorChunks(server.get_uri(driver="psycopg"), PGVectorTable(table))
+                    indexes = ["exact"] + (["hnsw"] if f"{size}:{dimension}" in args.hnsw else [])
+                    for index_kind in indexes:
+                        if index_kind == "hnsw":
+                            built = create_hnsw_index(server.get_uri(), table)
+                            notes.append(f"HNSW build, LangChain table {label}: {built:.0f}s")
+                            print(f"  hnsw built in {built:.1f}s", flush=True)
+                        contenders = langchain_contenders(store, query_texts, chunks)
+                        statements = statements_per_query(
+                            [engine._pool.sync_engine, chunks._engine], contenders
+                        )
+                        medians = interleaved_medians(contenders, rounds)
+                        langchain_table += langchain_rows(
+                            f"{label}, pgvector {index_kind}", medians, embeddings, statements
+                        )
+                        print(
+                            f"  langchain pgvector {index_kind}",
+                            {k: round(v * 1e3, 2) for k, v in medians.items()},
+                            flush=True,
+                        )
+                    chunks.close()
+                    drop_hnsw_indexes(server.get_uri(), table)
+
+                    if not args.no_llamaindex:
+                        from llama_index.core import VectorStoreIndex
+                        from llama_index.core.schema import QueryBundle
+
+                        from scar_llamaindex import PGVectorNodeSource, create_node_id_index
+
+                        li_table = f"li_{size}_{dimension}"
+                        li_store = load_llamaindex_table(server, corpus, li_table)
+                        index = VectorStoreIndex.from_vector_store(
+                            li_store, embed_model=llamaindex_embed_model()
+                        )
+                        assert len(index.docstore.docs) == 0
+                        bundles = [
+                            QueryBundle(query_str=t, embedding=queries[t]) for t in query_texts
+                        ]
+                        for index_kind in indexes:
+                            if index_kind == "hnsw":
+                                create_hnsw_index(server.get_uri(), f"data_{li_table}")
+                            contenders = llamaindex_contenders(index, bundles, {})
+                            engines = [li_store.client]
+                            statements = statements_per_query(engines, contenders)
+                            medians = interleaved_medians(contenders, rounds)
+                            llamaindex_table += llamaindex_rows(
+                                f"{label}, pgvector {index_kind}, no node_id index",
+                                medians,
+                                statements,
+                            )
+                            create_node_id_index(li_store)
+                            source = PGVectorNodeSource(li_store)
+                            contenders = llamaindex_contenders(
+                                index, bundles, {"+ SCAR budget=10, PGVectorNodeSource": source}
+                            )
+                            statements = statements_per_query(engines, contenders)
+                            medians = interleaved_medians(contenders, rounds)
+                            llamaindex_table += llamaindex_rows(
+                                f"{label}, pgvector {index_kind}, node_id index",
+                                medians,
+                                statements,
+                            )
+                            print(
+                                f"  llamaindex pgvector {index_kind}",
+                                {k: round(v * 1e3, 2) for k, v in medians.items()},
+                                flush=True,
+                            )
+                            source.close()
+                            with __import__("psycopg").connect(
+                                server.get_uri(), autocommit=True
+                            ) as c:
+                                c.execute(f'DROP INDEX IF EXISTS "data_{li_table}_node_id_idx"')
+                        drop_hnsw_indexes(server.get_uri(), f"data_{li_table}")
+                del corpus
+    finally:
+        if server_context is not None:
+            server_context.__exit__(None, None, None)
+
+    header = [
+        "setup",
+        "SCAR",
+        "plain ms (median)",
+        "SCAR ms (median)",
+        "added ms",
+        "SCAR / plain",
+        "SQL statements plain / SCAR",
+    ]
+    text = (
+        "# End-to-end latency (benchmark 1)\n\n"
+        f"{machine_summary()}\n\n"
+        "Median wall time per query, query embedding excluded. Target: SCAR <= 1.10x plain.\n\n"
+        "## LangChain: SCARRetriever vs `as_retriever()` on the same store\n\n"
+        + markdown_table(header, langchain_table)
+        + "\n\n## LlamaIndex: retrieve, then SCARNodePostprocessor\n\n"
+        + markdown_table(
+            [
+                "setup",
+                "pipeline",
+                "retrieve ms",
+                "with SCAR ms",
+                "added ms",
+                "ratio",
+                "SQL statements",
+            ],
+            llamaindex_table,
+        )
+        + ("\n\n" + "\n".join(f"- {note}" for note in notes) if notes else "")
+        + "\n"
+    )
+    print(text)
+    write_result("e2e_latency.md", text)
+
+
+if __name__ == "__main__":
+    main()
