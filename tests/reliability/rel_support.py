@@ -227,9 +227,18 @@ def pick(rng: np.random.Generator, items: Sequence[Any]) -> Any:
 
 
 def make_vector(
-    rng: np.random.Generator, dimension: int, kind: str, *, extreme_scale: bool = True
+    rng: np.random.Generator,
+    dimension: int,
+    kind: str,
+    *,
+    extreme_scale: bool = True,
+    topic: np.ndarray | None = None,
 ) -> Any:
-    """A stored vector of the given kind; ``None`` stands for "no vector stored"."""
+    """A stored vector of the given kind; ``None`` stands for "no vector stored".
+
+    With a ``topic``, a good vector is the topic plus noise of a random spread, so that cosines
+    between chunks of one corpus are often high and SCAR has real decisions to make.
+    """
     if kind == "missing":
         return None
     if kind == "garbage":
@@ -241,8 +250,11 @@ def make_vector(
         width = pick(rng, [dimension + 1, max(dimension - 1, 0), dimension * 2])
     if kind == "zero":
         return [0.0] * width
-    values = [float(v) for v in rng.uniform(-1.0, 1.0, size=width)]
-    if rng.random() < 0.3:
+    noise = rng.uniform(-1.0, 1.0, size=width)
+    if topic is not None and width == len(topic):
+        noise = topic + float(rng.choice([0.05, 0.3, 1.0])) * noise
+    values = [float(v) for v in noise]
+    if rng.random() < 0.2:
         # Small integers make exact ties, identical vectors and orthogonal ones common.
         values = [float(round(v * 2)) for v in values]
     # Python float products overflow to inf and underflow to 0 quietly, unlike numpy's.
@@ -254,6 +266,20 @@ def make_vector(
     if kind == "good" and not any(values):
         values[0] = 1.0
     return np.asarray(values, dtype=np.float64) if rng.random() < 0.5 else values
+
+
+def make_topic(rng: np.random.Generator, dimension: int) -> np.ndarray:
+    """A random unit direction that a corpus's good vectors cluster around."""
+    topic = rng.normal(size=dimension)
+    return np.asarray(topic / np.linalg.norm(topic), dtype=np.float64)
+
+
+def chain_link(rng: np.random.Generator, ids: Sequence[str], index: int, side: int) -> Any:
+    """Mostly the true neighbour in reading order (or none at an edge); otherwise a bad link."""
+    if rng.random() < 0.7:
+        target = index - 1 if side == 0 else index + 1
+        return ids[target] if 0 <= target < len(ids) else None
+    return make_link(rng, ids, ids[index])
 
 
 def make_link(rng: np.random.Generator, ids: Sequence[str], chunk_id: str) -> Any:

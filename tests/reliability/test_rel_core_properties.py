@@ -26,10 +26,11 @@ from hypothesis import strategies as st
 from rel_support import (
     ANY_VECTOR_KINDS,
     SEED_VECTOR_KINDS,
+    chain_link,
     check_documented_failure,
     count_case,
     link_target,
-    make_link,
+    make_topic,
     make_vector,
     pick,
     reachable,
@@ -91,10 +92,10 @@ def random_corpus(
     ids = [f"{prefix}{i}" for i in range(int(rng.integers(1, 13)))]
     dimension = int(rng.integers(1, 7))
     links: dict[Any, Any] = {}
-    for chunk_id in ids:
+    for index, chunk_id in enumerate(ids):
         if rng.random() < 0.15:
             continue  # a chunk without link metadata
-        links[chunk_id] = (make_link(rng, ids, chunk_id), make_link(rng, ids, chunk_id))
+        links[chunk_id] = (chain_link(rng, ids, index, 0), chain_link(rng, ids, index, 1))
     malformed_link = rng.random() < 0.025
     if malformed_link:
         links[pick(rng, ids)] = pick(rng, [("a",), ("a", "b", "c"), "ab", None, 7])
@@ -102,21 +103,33 @@ def random_corpus(
         links[3] = (None, ids[0])  # a non-string key: never reached, never a crash
     documents = {c: pick(rng, DOCUMENT_IDS) for c in ids if rng.random() < 0.75}
     pool = [*ids, "unknown-seed"]
-    seeds: list[Any] = [pick(rng, pool) for _ in range(int(rng.integers(0, 7)))]
+    seeds: list[Any] = [
+        "unknown-seed" if rng.random() < 0.04 else pick(rng, ids)
+        for _ in range(int(rng.integers(0, 7)))
+    ]
     if odd_seeds and seeds and rng.random() < 0.025:
         seeds.insert(int(rng.integers(len(seeds) + 1)), pick(rng, [7, None, 2.5]))
     seed_set = {s for s in seeds if isinstance(s, str)}
+    topic = make_topic(rng, dimension)
+    bad_seeds = rng.random() < 0.2
     vectors: dict[str, Any] = {}
     for chunk_id in ids:
-        kinds = SEED_VECTOR_KINDS if chunk_id in seed_set else ANY_VECTOR_KINDS
-        value = make_vector(rng, dimension, pick(rng, kinds))
+        if chunk_id in seed_set:
+            kind = pick(rng, SEED_VECTOR_KINDS) if bad_seeds else "good"
+        else:
+            kind = pick(rng, ANY_VECTOR_KINDS)
+        value = make_vector(rng, dimension, kind, topic=topic)
         if value is not None:
             vectors[chunk_id] = value
     if rng.random() < 0.5:
-        vectors["unknown-seed"] = make_vector(rng, dimension, "good")
-    query_kinds = ("good",) * 24 + ("nan", "inf", "zero", "matrix", "empty", "garbage")
+        vectors["unknown-seed"] = make_vector(rng, dimension, "good", topic=topic)
+    query_kinds = ("good",) * 74 + ("nan", "inf", "zero", "matrix", "empty", "garbage")
     query_kind = pick(rng, query_kinds) if bad_query else "good"
-    query = np.zeros(0) if query_kind == "empty" else make_vector(rng, dimension, query_kind)
+    query = (
+        np.zeros(0)
+        if query_kind == "empty"
+        else make_vector(rng, dimension, query_kind, topic=topic)
+    )
     graph_form = pick(rng, ["mapping", "graph", "graph_with_documents", "sequences"])
     duplicate_sequence = graph_form == "sequences" and rng.random() < 0.15
     tokens = {chunk_id: int(rng.integers(1, 21)) for chunk_id in pool}

@@ -32,11 +32,12 @@ from langchain_core.stores import InMemoryStore
 from langchain_core.vectorstores import InMemoryVectorStore
 from rel_support import (
     ANY_VECTOR_KINDS,
+    chain_link,
     check_documented_failure,
     count_case,
     hashed_vector,
     link_target,
-    make_link,
+    make_topic,
     make_vector,
     pick,
     reachable,
@@ -121,7 +122,7 @@ def random_case(rng: np.random.Generator, prefix: str) -> Case:
     dimension = int(rng.integers(2, 7))
     ids = [f"{prefix}{i}" for i in range(int(rng.integers(1, 11)))]
     chunks: list[Document] = []
-    for chunk_id in ids:
+    for index, chunk_id in enumerate(ids):
         metadata: dict[str, Any] = {"source": "generated"}
         claimed = pick(rng, ["own"] * 6 + ["absent", "int", "other"])
         if claimed == "own":
@@ -133,24 +134,28 @@ def random_case(rng: np.random.Generator, prefix: str) -> Case:
         document = pick(rng, [*DOCUMENT_IDS, None, 7])
         if document is not None:
             metadata["scar_document_id"] = document
-        for key in ("scar_prev_id", "scar_next_id"):
-            if rng.random() < 0.85:
-                link = make_link(rng, ids, chunk_id)
+        for side, key in enumerate(("scar_prev_id", "scar_next_id")):
+            if rng.random() < 0.9:
+                link = chain_link(rng, ids, index, side)
                 if link is not None:
                     metadata[key] = link
         chunks.append(Document(f"passage {chunk_id} text", id=chunk_id, metadata=metadata))
     searchable = {c for c in ids if rng.random() < 0.6}
+    topic = make_topic(rng, dimension)
+    bad_hits = rng.random() < 0.2
     kinds: dict[str, str] = {}
     vectors: dict[str, Any] = {}
     for chunk_id in ids:
         if setup == "store" and chunk_id in searchable:
             kind = "good"
+        elif setup == "store":
+            kind = pick(rng, NEIGHBOUR_KINDS)
         else:
-            kind = pick(rng, NEIGHBOUR_KINDS if setup == "store" else HIT_KINDS)
+            kind = pick(rng, HIT_KINDS) if bad_hits else "good"
         kinds[chunk_id] = kind
         # Search hits need a vector the store's own cosine can use: ordinary scale.
         extreme = not (setup == "store" and chunk_id in searchable)
-        vectors[chunk_id] = make_vector(rng, dimension, kind, extreme_scale=extreme)
+        vectors[chunk_id] = make_vector(rng, dimension, kind, extreme_scale=extreme, topic=topic)
     stored = {c for c in ids if rng.random() < 0.85}
     hits: list[Document] = []
     if setup == "retriever":
@@ -159,7 +164,7 @@ def random_case(rng: np.random.Generator, prefix: str) -> Case:
                 hits.append(Document(f"a hit without any id {int(rng.integers(3))}"))
             else:
                 hits.append(pick(rng, chunks))
-    query_vector = make_vector(rng, dimension, "good", extreme_scale=False)
+    query_vector = make_vector(rng, dimension, "good", extreme_scale=False, topic=topic)
     budget_mode = rng.random() < 0.5
     k = int(rng.integers(1, 5))
     knobs: dict[str, Any] = {
