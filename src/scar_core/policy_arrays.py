@@ -593,7 +593,8 @@ def _decide(
                 active = alive & (candidate >= 0)
                 if not np.any(active):
                     break
-                known = active & (selected == candidate[:, None]).any(axis=1)
+                filled = selected[:, : int(count.max())]
+                known = active & (filled == candidate[:, None]).any(axis=1)
                 deciding = active & ~known
                 skipped = deciding & ~usable[:, rank, walk, distance]
                 deciding &= ~skipped
