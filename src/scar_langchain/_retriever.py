@@ -29,6 +29,7 @@ from scar_core.budget import (
     DEFAULT_SEEDS,
     BudgetSettings,
 )
+from scar_core.embedders.base import check_query_text
 from scar_core.errors import (
     EmbeddingError,
     InvalidSettingsError,
@@ -406,7 +407,8 @@ class SCARRetriever(BaseRetriever):
         budget: int | None = None,
     ) -> list[Document]:
         request = self._request(k, budget)
-        pool = QueryPool(np.asarray(self._query_embeddings.embed_query(query), dtype=np.float64))
+        query_vector = self._query_embeddings.embed_query(check_query_text(query))
+        pool = QueryPool(np.asarray(query_vector, dtype=np.float64))
         if isinstance(request, _BudgetRequest):
             return self._select_within_budget(query, pool, request, run_manager)
         size = request.first_pool
@@ -506,7 +508,7 @@ class SCARRetriever(BaseRetriever):
         budget: int | None = None,
     ) -> list[Document]:
         request = self._request(k, budget)
-        query_vector = await self._query_embeddings.aembed_query(query)
+        query_vector = await self._query_embeddings.aembed_query(check_query_text(query))
         pool = QueryPool(np.asarray(query_vector, dtype=np.float64))
         if isinstance(request, _BudgetRequest):
             return await self._aselect_within_budget(query, pool, request, run_manager)

@@ -845,7 +845,14 @@ def _has_embedding(bundle: QueryBundle) -> bool:
 
 
 def _query_texts(bundle: QueryBundle) -> list[str]:
-    return list(bundle.embedding_strs) or [bundle.query_str]
+    texts = list(bundle.embedding_strs) or [bundle.query_str]
+    if not any(isinstance(text, str) and text.strip() for text in texts):
+        raise InvalidTextError(
+            f"the query text {bundle.query_str!r} is empty and the query bundle carries no "
+            "embedding; an empty query has no meaningful embedding. Pass the question, or a "
+            "QueryBundle with its embedding."
+        )
+    return texts
 
 
 def _embedding_failed(model: BaseEmbedding, what: str, error: Exception) -> EmbeddingError:
