@@ -127,7 +127,7 @@ print(len(index.docstore.docs), "nodes")"""
     new_markdown_cell("## Query engine with SCAR (shipped defaults: budgeted selection)"),
     new_code_cell(
         """postprocessor = SCARNodePostprocessor.from_index(index)
-engine = index.as_query_engine(similarity_top_k=10, node_postprocessors=[postprocessor], llm=MockLLM())
+engine = index.as_query_engine(similarity_top_k=3, node_postprocessors=[postprocessor], llm=MockLLM())
 response = engine.query(question)
 for node in response.source_nodes:
     print(f"{node.score:.3f}", node.node.metadata.get("scar_origin"), node.node.get_content()[:100].replace("\\n", " "))"""
@@ -142,7 +142,7 @@ for node in engine.query(question).source_nodes:
     new_markdown_cell("## Async works natively"),
     new_code_cell(
         """response = await index.as_query_engine(
-    similarity_top_k=10, node_postprocessors=[postprocessor], llm=MockLLM()
+    similarity_top_k=3, node_postprocessors=[postprocessor], llm=MockLLM()
 ).aquery(question)
 print(len(response.source_nodes), "nodes")"""
     ),

@@ -364,7 +364,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def budget_settings(self, incoming: int) -> BudgetSettings:
         """The budget mode's settings for a call that receives ``incoming`` distinct nodes.
 
-        Its ``min_seeds`` is ``k`` capped at ``incoming``: all of fewer nodes are kept.
+        Every incoming node is kept (no retrieved node is ever lost), so ``min_seeds`` is
+        ``incoming`` and the budget is at least ``incoming``; the remaining slots go to neighbours,
+        which compete with one another. Set ``similarity_top_k`` below the budget (about ``k``)
+        to leave room for them.
 
         Raises:
             InvalidSettingsError: In plain mode (``budget=None``), or if a setting is invalid.
@@ -385,10 +388,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         )
         _validate_max_tokens(self.max_tokens, self.k)
         return BudgetSettings(
-            max_chunks=int(self.budget),
+            max_chunks=max(int(self.budget), incoming),
             continuity_bonus=float(self.continuity_bonus),
             lambda_=float(self.lambda_),
-            min_seeds=max(1, min(int(self.k), incoming)),
+            min_seeds=max(1, incoming),
             window=None if self.window is None else int(self.window),
             direction=self.direction,
             max_tokens=None if self.max_tokens is None else int(self.max_tokens),
@@ -506,16 +509,16 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         self._check_choices()
         incoming = len({scored.node.node_id for scored in nodes})
         settings = self.budget_settings(incoming)
-        if incoming > settings.max_chunks:
-            self._report_over_budget(incoming, settings.max_chunks)
+        if incoming >= int(self.budget or 0):
+            self._report_over_budget(incoming, int(self.budget or 0))
         counter = self._resolve_token_counter() if settings.max_tokens is not None else None
         return BudgetRun(nodes, settings, self._links(), counter)
 
     def _report_over_budget(self, incoming: int, budget: int) -> None:
         message = (
-            "%d nodes arrived for a budget of %d: the incoming nodes that win no slot are left "
-            "out (the k best are always kept). Lower similarity_top_k to the budget, or "
-            "raise budget, to keep them all."
+            "%d nodes arrived for a budget of %d: every incoming node is kept, so no slot is "
+            "left for neighbours. Set similarity_top_k below the budget (about k) so that "
+            "SCAR can add the neighbours that continue them."
         )
         if not self._warned_over_budget:
             self._warned_over_budget = True

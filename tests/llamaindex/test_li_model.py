@@ -190,9 +190,9 @@ async def test_the_default_budget_mode_selects_what_select_within_budget_selects
     from scar_core.budget import default_budget_settings, select_within_budget
 
     scar = SCARNodePostprocessor.from_index(index)
-    engine = index.as_query_engine(similarity_top_k=10, node_postprocessors=[scar], llm=MockLLM())
+    engine = index.as_query_engine(similarity_top_k=3, node_postprocessors=[scar], llm=MockLLM())
     response = engine.query(query)
-    seeds = index.as_retriever(similarity_top_k=10).retrieve(query)
+    seeds = index.as_retriever(similarity_top_k=3).retrieve(query)
     nodes = index.docstore.docs
     links = {
         node_id: (
@@ -208,7 +208,7 @@ async def test_the_default_budget_mode_selects_what_select_within_budget_selects
     )
     returned = [item.node.node_id for item in response.source_nodes]
     assert sorted(returned) == sorted(expected.chunk_ids)
-    assert len(returned) == min(10, len(nodes))
+    assert len(returned) == len(set(returned)) <= 10
     assert all(item.node.metadata["scar_mode"] == "budget" for item in response.source_nodes)
     async_response = await engine.aquery(query)
     assert [item.node.node_id for item in async_response.source_nodes] == returned

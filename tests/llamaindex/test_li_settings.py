@@ -44,8 +44,9 @@ def test_defaults_are_budget_mode_and_budget_none_is_the_papers_rule() -> None:
     assert (scar.budget, scar.k, scar.continuity_bonus) == (10, 3, 0.2)
     assert (scar.lambda_, scar.window, scar.direction, scar.max_tokens) == (0.1, None, "both", None)
     assert (scar.merge_passages, scar.on_error, scar.mode) == (False, "raise", "budget")
-    assert scar.budget_settings(12) == BudgetSettings(10, 0.2, 0.1, min_seeds=3)
-    assert scar.budget_settings(2).min_seeds == 2  # fewer incoming nodes: all of them kept
+    # Every incoming node is kept: the budget grows to hold them all when more arrive.
+    assert scar.budget_settings(12) == BudgetSettings(12, 0.2, 0.1, min_seeds=12)
+    assert scar.budget_settings(2) == BudgetSettings(10, 0.2, 0.1, min_seeds=2)
     paper = SCARNodePostprocessor(docstore=SimpleDocumentStore(), budget=None)
     assert paper.mode == "plain"
     assert paper.settings == ScarSettings.paper()

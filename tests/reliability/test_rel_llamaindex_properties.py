@@ -222,8 +222,8 @@ def llamaindex_property(case: Case) -> None:
         else [float(v) for v in case.query_embedding],
     )
     seeds = list(dict.fromkeys(item.node.node_id for item in incoming))
-    k, budget = case.knobs["k"], case.knobs["budget"]
-    kept = seeds if budget is None else seeds[:k]
+    budget = case.knobs["budget"]
+    kept = seeds  # every incoming node is kept, in both modes
     must_fail = bool(seeds) and (query_is_bad(case) or any(vector_is_bad(case, s) for s in kept))
     try:
         output: Any = scar.postprocess_nodes(incoming, bundle)
@@ -240,7 +240,7 @@ def llamaindex_property(case: Case) -> None:
     assert len(ids) == len(set(ids)), ids
     assert set(kept) <= set(ids)
     if budget is not None:
-        assert len(ids) <= budget
+        assert len(ids) <= max(budget, len(seeds))
     assert all(item.node.metadata.get("scar_expanded") is True for item in output)
     first_score = {}
     for item in incoming:
