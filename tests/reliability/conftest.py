@@ -1,13 +1,20 @@
-"""Reliability suite: report how many generated cases the hypothesis properties executed."""
+"""Reliability suite: report the generated cases executed and the throughput measured."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rel_support import CASE_COUNTS
+from rel_support import CASE_COUNTS, THROUGHPUT
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if THROUGHPUT:
+        terminalreporter.section("reliability: throughput")
+        for name, (queries, seconds) in THROUGHPUT.items():
+            rate = queries / seconds if seconds > 0 else float("inf")
+            terminalreporter.write_line(
+                f"{name:<58} {queries:>5} queries in {seconds:6.2f} s = {rate:7.1f} queries/s"
+            )
     if not CASE_COUNTS:
         return
     total = sum(CASE_COUNTS.values())

@@ -7,6 +7,7 @@ suite's expectations stay independent of the implementation they check.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import re
@@ -28,6 +29,8 @@ from scar_core.errors import ScarError
 
 _COUNT_LOCK = threading.Lock()
 CASE_COUNTS: dict[str, int] = {}
+#: Throughput measured by the load tests: name -> (queries, seconds), printed by the conftest.
+THROUGHPUT: dict[str, tuple[int, float]] = {}
 
 
 def count_case(name: str) -> None:
@@ -298,3 +301,112 @@ def make_link(rng: np.random.Generator, ids: Sequence[str], chunk_id: str) -> An
     if kind == "list":
         return [pick(rng, ids)]
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# A fake OpenAI embeddings endpoint at the HTTP boundary (mounted with respx)
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+#: A recognisable fake key: it must never show up in logs, messages, reprs or results.
+FAKE_API_KEY = "sk-rel-FAKEKEY-7f3a9c2e1b5d4a60"
+
+
+class FakeEmbeddingsAPI:
+    """Answers ``POST /embeddings`` like the API, with hashed vectors and scripted failures.
+
+    Args:
+        dimension: Length of the returned vectors.
+
+    Attributes:
+        requests: The inputs of every request received, in order.
+        scripted: Failures to answer once each, in order, to requests they match: pairs of
+            ``(target, failure)``, ``target`` being ``"query"``, ``"documents"`` or ``"any"``
+            and ``failure`` an HTTP status or ``"timeout"`` / ``"connect"``.
+        persistent: A failure answered to every matching request, as ``(target, failure)``.
+    """
+
+    def __init__(self, dimension: int = 8, query: str | None = None) -> None:
+        self.dimension = dimension
+        self.query = query
+        self.requests: list[list[str]] = []
+        self.scripted: list[tuple[str, int | str]] = []
+        self.persistent: tuple[str, int | str] | None = None
+        self._lock = threading.Lock()
+
+    def _matches(self, target: str, inputs: list[str]) -> bool:
+        is_query = self.query is not None and inputs == [self.query]
+        return target == "any" or (target == "query") == is_query
+
+    def _failure(self, inputs: list[str]) -> int | str | None:
+        with self._lock:
+            for index, (target, failure) in enumerate(self.scripted):
+                if self._matches(target, inputs):
+                    del self.scripted[index]
+                    return failure
+        if self.persistent is not None and self._matches(self.persistent[0], inputs):
+            return self.persistent[1]
+        return None
+
+    def __call__(self, request: Any) -> Any:
+        import httpx
+
+        body = json.loads(request.content)
+        inputs = list(body["input"])
+        with self._lock:
+            self.requests.append(inputs)
+        failure = self._failure(inputs)
+        if failure == "timeout":
+            raise httpx.ReadTimeout("the fake API timed out", request=request)
+        if failure == "connect":
+            raise httpx.ConnectError("the fake API refused the connection", request=request)
+        if isinstance(failure, int):
+            headers = {"retry-after-ms": "1"} if failure == 429 else None
+            message = f"fake failure {failure}"
+            if failure == 401:
+                # A real 401 quotes the key it was given.
+                message = f"Incorrect API key provided: {FAKE_API_KEY}."
+            return httpx.Response(
+                failure,
+                headers=headers,
+                json={"error": {"message": message, "type": "fake", "code": f"fake_{failure}"}},
+            )
+        data = [
+            {
+                "object": "embedding",
+                "index": index,
+                "embedding": hashed_vector(text, self.dimension).tolist(),
+            }
+            for index, text in enumerate(inputs)
+        ]
+        return httpx.Response(
+            200,
+            json={
+                "object": "list",
+                "data": data[::-1],
+                "model": body["model"],
+                "usage": {"prompt_tokens": 1, "total_tokens": 1},
+            },
+        )
+
+
+def openai_embedder(**settings: Any) -> Any:
+    """An OpenAIEmbedder whose clients use legacy httpx transports, which respx intercepts.
+
+    (openai 3.x sends through its own httpx2 by default, out of respx's reach.)
+    """
+    import httpx
+    import openai
+
+    from scar_core.embedders.openai import OpenAIEmbedder
+
+    settings.setdefault("backoff_seconds", 0.001)
+    settings.setdefault("max_retries", 3)
+    return OpenAIEmbedder(
+        client=openai.OpenAI(
+            api_key=FAKE_API_KEY, base_url=OPENAI_BASE_URL, http_client=httpx.Client()
+        ),
+        async_client=openai.AsyncOpenAI(
+            api_key=FAKE_API_KEY, base_url=OPENAI_BASE_URL, http_client=httpx.AsyncClient()
+        ),
+        **settings,
+    )
