@@ -373,6 +373,7 @@ def expand_property(corpus: Corpus) -> None:
     assert again == outcome
 
 
+@pytest.mark.slow
 def test_expand_survives_hostile_inputs() -> None:
     run_counted("core expand", expand_property, EXPAND_CASES)
 
@@ -439,6 +440,7 @@ def expand_batch_property(batch: tuple[Corpus, list[Any], list[list[Any]]]) -> N
         assert_plain_invariants(corpus, single_corpus_seeds, result, window, direction)
 
 
+@pytest.mark.slow
 def test_expand_batch_equals_one_expand_per_query() -> None:
     run_counted("core expand_batch", expand_batch_property, BATCH_CASES)
 
@@ -554,6 +556,7 @@ def budget_property(corpus: Corpus) -> None:
     assert again == outcome
 
 
+@pytest.mark.slow
 def test_budgeted_selection_survives_hostile_inputs() -> None:
     run_counted("core select_within_budget", budget_property, BUDGET_CASES)
 

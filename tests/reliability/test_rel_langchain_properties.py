@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -335,10 +336,10 @@ def langchain_property(case: Case) -> None:
         own_document = case.metadata_of(chunk_id).get("scar_document_id")
         if isinstance(via_document, str) and isinstance(own_document, str):
             assert via_document == own_document
-    # Deterministic, and the async path gives the very same documents.
-    assert comparable(retriever.invoke(QUERY)) == comparable(output)
+    # Deterministic: a second run, through the async path, gives the very same documents.
     assert comparable(asyncio.run(retriever.ainvoke(QUERY))) == comparable(output)
 
 
+@pytest.mark.slow
 def test_retriever_survives_hostile_chunks() -> None:
     run_counted("langchain SCARRetriever", langchain_property, LANGCHAIN_CASES)

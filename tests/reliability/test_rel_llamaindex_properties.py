@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -264,10 +265,10 @@ def llamaindex_property(case: Case) -> None:
             own, other = case.documents[node_id], case.documents[via]
             if isinstance(own, str) and isinstance(other, str):
                 assert own == other
-    # Deterministic, and the async path gives the very same nodes.
-    assert comparable(scar.postprocess_nodes(incoming, bundle)) == comparable(output)
+    # Deterministic: a second run, through the async path, gives the very same nodes.
     assert comparable(asyncio.run(scar.apostprocess_nodes(incoming, bundle))) == comparable(output)
 
 
+@pytest.mark.slow
 def test_postprocessor_survives_hostile_nodes() -> None:
     run_counted("llamaindex SCARNodePostprocessor", llamaindex_property, LLAMAINDEX_CASES)
