@@ -84,11 +84,16 @@ def _fresh_counters(setup: Setup) -> None:
     setup.reset()
 
 
+#: Budget mode (the default) and the paper's plain mode.
+MODES: dict[str, dict[str, Any]] = {"budget": {}, "plain": {"budget": None, "gamma": 0.7}}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize(("window", "direction"), [(1, "both"), (2, "both"), (2, "next")])
 def test_pg_default_sources_match_memory_without_embedding_chunks(
-    setup: Setup, window: int, direction: str
+    setup: Setup, window: int, direction: str, mode: str
 ) -> None:
-    settings = {"k": 3, "window": window, "direction": direction, "gamma": 0.7}
+    settings = {"k": 3, "window": window, "direction": direction, **MODES[mode]}
     on_pg = SCARRetriever(vectorstore=setup.pg_store, **settings)
     in_memory = SCARRetriever(vectorstore=setup.memory_store, **settings)
     expanded = 0
@@ -115,13 +120,15 @@ def test_pg_the_default_vector_source_reads_the_store(setup: Setup) -> None:
         PGVectorStoreVectors(setup.memory_store)
 
 
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("window", [1, 2])
-def test_pg_chunks_as_both_sources_match_memory(setup: Setup, window: int) -> None:
+def test_pg_chunks_as_both_sources_match_memory(setup: Setup, window: int, mode: str) -> None:
     chunks = setup.chunks()
+    settings = {"k": 3, "window": window, **MODES[mode]}
     on_pg = SCARRetriever(
-        vectorstore=setup.pg_store, neighbor_source=chunks, vector_source=chunks, k=3, window=window
+        vectorstore=setup.pg_store, neighbor_source=chunks, vector_source=chunks, **settings
     )
-    in_memory = SCARRetriever(vectorstore=setup.memory_store, k=3, window=window)
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, **settings)
     for query in setup.corpus.queries:
         assert comparable(on_pg.invoke(query)) == comparable(in_memory.invoke(query)), query
     assert setup.embeddings.documents_embedded == 0

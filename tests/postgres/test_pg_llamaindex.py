@@ -171,11 +171,16 @@ def test_pg_the_index_lives_only_in_the_database(setup: Setup) -> None:
     assert len(setup.memory_index.docstore.docs) == len(setup.corpus.documents)
 
 
+#: Budget mode (the default) and the paper's plain mode.
+MODES: dict[str, dict[str, Any]] = {"budget": {}, "plain": {"budget": None, "gamma": 0.7}}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize(("window", "direction"), [(1, "both"), (2, "both"), (2, "previous")])
 def test_pg_default_source_matches_memory_without_embedding_nodes(
-    setup: Setup, window: int, direction: Any
+    setup: Setup, window: int, direction: Any, mode: str
 ) -> None:
-    settings = {"gamma": 0.7, "window": window, "direction": direction}
+    settings = {"window": window, "direction": direction, **MODES[mode]}
     on_pg = SCARNodePostprocessor.from_index(setup.pg_index, **settings)
     in_memory = SCARNodePostprocessor.from_index(setup.memory_index, **settings)
     assert isinstance(on_pg.neighbor_source, StoreNeighborSource)
@@ -190,13 +195,15 @@ def test_pg_default_source_matches_memory_without_embedding_nodes(
     assert added > 0, "the corpus should make SCAR add some neighbours"
 
 
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("window", [1, 2])
-def test_pg_node_source_matches_memory_one_statement_per_hop(setup: Setup, window: int) -> None:
+def test_pg_node_source_matches_memory_one_statement_per_hop(
+    setup: Setup, window: int, mode: str
+) -> None:
     source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
-    on_pg = SCARNodePostprocessor(
-        neighbor_source=source, embed_model=setup.embed_model, gamma=0.7, window=window
-    )
-    in_memory = SCARNodePostprocessor.from_index(setup.memory_index, gamma=0.7, window=window)
+    settings = {"window": window, **MODES[mode]}
+    on_pg = SCARNodePostprocessor(neighbor_source=source, embed_model=setup.embed_model, **settings)
+    in_memory = SCARNodePostprocessor.from_index(setup.memory_index, **settings)
     for query in setup.corpus.queries:
         bundle = setup.bundle(query)
         seeds = setup.retrieve(setup.pg_index, query)
