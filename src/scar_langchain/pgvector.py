@@ -16,12 +16,10 @@ Neither imports ``langchain_postgres`` or ``sqlalchemy`` until it is built, so
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 import threading
 import uuid
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 from langchain_core.documents import Document
 
+from scar_core._async_engines import AsyncEnginePerLoop
 from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_langchain._neighbors import FetchedChunks
 
@@ -243,8 +242,12 @@ class PGVectorChunks:
         )
         # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
         self._reads = self._engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._async = _AsyncEngines(
-            async_connection if async_connection is not None else self._engine.url
+        self._async = AsyncEnginePerLoop(
+            async_connection if async_connection is not None else self._engine.url,
+            driver_hint=(
+                "the async methods need an async driver; use a postgresql+psycopg:// URL "
+                "or pass async_connection= (a URL or an AsyncEngine)."
+            ),
         )
         self._layout: _Layout | None = None
         self._layout_lock = threading.Lock()
@@ -452,49 +455,3 @@ def _requested_by_key(chunk_ids: Iterable[str]) -> dict[str, str]:
     for chunk_id in chunk_ids:
         requested.setdefault(_key(chunk_id), chunk_id)
     return requested
-
-
-class _AsyncEngines:
-    """One SQLAlchemy ``AsyncEngine`` per running event loop.
-
-    An asyncio connection pool belongs to the loop that opened its connections, so each loop
-    gets its own engine. An engine given by the caller is used as it is, on every loop.
-    """
-
-    def __init__(self, connection: object) -> None:
-        self._given: AsyncEngine | None = None
-        self._url: object = connection
-        if not isinstance(connection, str) and hasattr(connection, "sync_engine"):
-            self._given = connection  # type: ignore[assignment]
-        self._lock = threading.Lock()
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncEngine] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def current(self) -> AsyncEngine:
-        if self._given is not None:
-            return self._given
-        from sqlalchemy.exc import InvalidRequestError
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            engine = self._by_loop.get(loop)
-            if engine is None:
-                try:
-                    engine = create_async_engine(self._url)  # type: ignore[arg-type]
-                except InvalidRequestError as error:
-                    raise InvalidSettingsError(
-                        "the async methods need an async driver; use a postgresql+psycopg:// URL "
-                        "or pass async_connection= (a URL or an AsyncEngine)."
-                    ) from error
-                self._by_loop[loop] = engine
-            return engine
-
-    async def dispose_current(self) -> None:
-        if self._given is not None:
-            return
-        with self._lock:
-            engine = self._by_loop.pop(asyncio.get_running_loop(), None)
-        if engine is not None:
-            await engine.dispose()

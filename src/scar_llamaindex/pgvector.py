@@ -14,10 +14,7 @@ Nothing here imports ``llama_index.vector_stores.postgres`` or ``sqlalchemy`` un
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,6 +24,7 @@ import numpy.typing as npt
 from llama_index.core.schema import BaseNode, TextNode
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
+from scar_core._async_engines import AsyncEnginePerLoop
 from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_llamaindex.sources import FetchedNodes
 
@@ -199,8 +197,16 @@ class PGVectorNodeSource:
         self._engine, self._owns_engine = _sync_engine(vector_store, engine)
         # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
         self._reads = self._engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._async = _AsyncEngines(
-            async_engine if async_engine is not None else vector_store.async_connection_string
+        self._async = AsyncEnginePerLoop(
+            async_engine if async_engine is not None else vector_store.async_connection_string,
+            driver_hint=(
+                "async fetches need an async driver (postgresql+asyncpg:// or "
+                "postgresql+psycopg://); pass async_engine=."
+            ),
+            missing_hint=(
+                "the PGVectorStore has no async_connection_string; pass async_engine= (a "
+                "SQLAlchemy AsyncEngine on the same database)."
+            ),
         )
 
     def __repr__(self) -> str:
@@ -285,53 +291,3 @@ def _rebuild(node_id: str, text: object, metadata: object) -> BaseNode:
         # A row written outside LlamaIndex: no serialised node in its metadata.
         node = TextNode(id_=node_id, text=str(text), metadata=metadata_dict)
     return node
-
-
-class _AsyncEngines:
-    """One SQLAlchemy ``AsyncEngine`` per running event loop (a given engine is used as it is).
-
-    An asyncio connection pool belongs to the loop that opened its connections.
-    """
-
-    def __init__(self, connection: object) -> None:
-        self._given: AsyncEngine | None = None
-        self._url: object = connection
-        if not isinstance(connection, str) and hasattr(connection, "sync_engine"):
-            self._given = connection  # type: ignore[assignment]
-        self._lock = threading.Lock()
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncEngine] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def current(self) -> AsyncEngine:
-        if self._given is not None:
-            return self._given
-        if not self._url or self._url == "None":
-            raise InvalidSettingsError(
-                "the PGVectorStore has no async_connection_string; pass async_engine= (a "
-                "SQLAlchemy AsyncEngine on the same database)."
-            )
-        from sqlalchemy.exc import InvalidRequestError
-        from sqlalchemy.ext.asyncio import create_async_engine
-
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            engine = self._by_loop.get(loop)
-            if engine is None:
-                try:
-                    engine = create_async_engine(self._url)  # type: ignore[arg-type]
-                except InvalidRequestError as error:
-                    raise InvalidSettingsError(
-                        "async fetches need an async driver (postgresql+asyncpg:// or "
-                        "postgresql+psycopg://); pass async_engine=."
-                    ) from error
-                self._by_loop[loop] = engine
-            return engine
-
-    async def dispose_current(self) -> None:
-        if self._given is not None:
-            return
-        with self._lock:
-            engine = self._by_loop.pop(asyncio.get_running_loop(), None)
-        if engine is not None:
-            await engine.dispose()
