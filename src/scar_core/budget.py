@@ -43,7 +43,7 @@ from scar_core.policy import (
     SkippedNeighbor,
     SkipReason,
     numeric_array,
-    vector_problem,
+    unit_vector_or_problem,
 )
 from scar_core.scoring import as_unit_vector
 from scar_core.settings import DEFAULT_LAMBDA, Direction, validate_lambda
@@ -216,11 +216,10 @@ def select_within_budget(
             if chunk_id not in found:
                 problems[chunk_id] = "no vector is stored for it"
                 continue
-            problem = vector_problem(found[chunk_id], dimension)
-            if problem is not None:
-                problems[chunk_id] = problem
+            unit, problem = unit_vector_or_problem(found[chunk_id], dimension)
+            if unit is None:
+                problems[chunk_id] = problem or "it is unusable"
                 continue
-            unit = as_unit_vector(np.asarray(found[chunk_id], dtype=np.float64))
             units[chunk_id] = unit
             relevance[chunk_id] = float(unit @ query_unit)
 

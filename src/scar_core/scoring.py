@@ -28,8 +28,8 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 
 #: Norms inside this range are computed without overflow or precision loss in the squares.
-_SAFE_NORM_LOW = 1e-100
-_SAFE_NORM_HIGH = 1e100
+SAFE_NORM_LOW = 1e-100
+SAFE_NORM_HIGH = 1e100
 
 
 class ExpansionScores(NamedTuple):
@@ -61,9 +61,7 @@ def as_unit_matrix(matrix: npt.ArrayLike) -> FloatArray:
     # Squaring entries near 1e200 overflows and near 1e-200 underflows, so a finite row whose
     # norm falls outside a safe range is first divided by its largest magnitude (then every entry
     # lies in [-1, 1], one of them at +-1). Rows in the range keep the plain, exact path.
-    rescale = np.isfinite(array).all(axis=1) & ~(
-        (norms > _SAFE_NORM_LOW) & (norms < _SAFE_NORM_HIGH)
-    )
+    rescale = np.isfinite(array).all(axis=1) & ~((norms > SAFE_NORM_LOW) & (norms < SAFE_NORM_HIGH))
     if array.shape[1] > 0 and np.any(rescale):
         array = array.copy()
         peaks = np.max(np.abs(array[rescale]), axis=1)
@@ -78,7 +76,7 @@ def as_unit_vector(vector: npt.ArrayLike) -> FloatArray:
     array = np.asarray(vector, dtype=np.float64)
     with np.errstate(over="ignore", under="ignore"):
         norm = float(np.linalg.norm(array))
-    if array.ndim == 1 and array.size and not _SAFE_NORM_LOW < norm < _SAFE_NORM_HIGH:
+    if array.ndim == 1 and array.size and not SAFE_NORM_LOW < norm < SAFE_NORM_HIGH:
         rescaled: FloatArray = as_unit_matrix(array[None, :])[0]
         return rescaled
     return array / norm if norm > 0 else array
@@ -93,7 +91,7 @@ def unit_rows(matrix: npt.NDArray[np.float64]) -> FloatArray:
     """
     with np.errstate(over="ignore", under="ignore"):
         norms = np.linalg.norm(matrix, axis=1)
-    unsafe = ~((norms > _SAFE_NORM_LOW) & (norms < _SAFE_NORM_HIGH))
+    unsafe = ~((norms > SAFE_NORM_LOW) & (norms < SAFE_NORM_HIGH))
     units = np.asarray(matrix / np.where(unsafe, 1.0, norms)[:, None], dtype=np.float64)
     if np.any(unsafe):
         units[unsafe] = as_unit_matrix(matrix[unsafe])

@@ -4,15 +4,19 @@
 the chunks it will need are not known in advance. Asking the store one chunk at a time would cost
 a round trip per slot; :class:`BudgetRun` instead
 
-1. prefetches, in one batched call per ring, the neighbours of every retrieved chunk up to
-   :data:`PREFETCH_HOPS` steps away (fewer when ``window`` is smaller), and then
+1. prefetches the neighbours of every retrieved chunk up to :data:`PREFETCH_HOPS` steps away
+   (fewer when ``window`` is smaller). When chunk ids follow :func:`~scar_langchain.link_chunks`'
+   naming, the ids of every ring are known from the retrieved chunks alone and all rings come in
+   one batched call; otherwise each ring costs one call, since its ids are read from the ring
+   before it. Then it
 2. runs the selection over lookups that answer only from what the pool holds and *record* every
    chunk they were asked about and do not know yet. When a run recorded such misses, the driver
-   fetches all of them in one call and the (cheap, deterministic) selection runs again.
+   fetches all of them in one call (with :data:`EXTEND_HOPS` further predicted rings beyond
+   each) and the (cheap, deterministic) selection runs again.
 
 A run that recorded no miss answered every lookup from complete knowledge, so its result is
-exactly the one :func:`~scar_core.budget.select_within_budget` gives over the whole store. Each
-extra ring a passage grows beyond the prefetched ones costs one more round trip.
+exactly the one :func:`~scar_core.budget.select_within_budget` gives over the whole store:
+predictions only decide what is fetched early, never what the walk follows.
 """
 
 from __future__ import annotations
@@ -26,13 +30,21 @@ from scar_core.budget import BudgetSettings, select_within_budget
 from scar_core.graph import NeighborGraph, Step
 from scar_core.policy import ExpansionResult
 from scar_core.tokens import TokenCounter
-from scar_langchain._links import ChunkMetadataKeys
-from scar_langchain._pool import QueryPool
+from scar_langchain._pool import QueryPool, steps_of
 
-__all__ = ["PREFETCH_HOPS", "BudgetRun", "PoolLinks", "PoolTokenCounts", "PoolVectors"]
+__all__ = [
+    "EXTEND_HOPS",
+    "PREFETCH_HOPS",
+    "BudgetRun",
+    "PoolLinks",
+    "PoolTokenCounts",
+    "PoolVectors",
+]
 
 #: Rings of neighbours fetched around every retrieved chunk before the first selection.
-PREFETCH_HOPS = 2
+PREFETCH_HOPS = 3
+#: Predicted rings fetched beyond each chunk a selection attempt reached but the pool lacked.
+EXTEND_HOPS = 2
 
 
 def _settled(pool: QueryPool, chunk_id: str) -> bool:
@@ -48,14 +60,17 @@ class PoolLinks:
 
     Args:
         pool: The query's pool.
-        keys: Where chunk links live in metadata.
         misses: Collects the ids the lookup could not answer for.
+        edges: Collects ``(known chunk, direction)`` for each step that led to a miss.
     """
 
-    def __init__(self, pool: QueryPool, keys: ChunkMetadataKeys, misses: dict[str, None]) -> None:
+    def __init__(
+        self, pool: QueryPool, misses: dict[str, None], edges: list[tuple[str, Step]]
+    ) -> None:
         self._pool = pool
-        self._graph: NeighborGraph = pool.links(keys)
+        self._graph: NeighborGraph = pool.links()
         self._misses = misses
+        self._edges = edges
 
     def step(self, chunk_id: str, direction: Step) -> str | None:
         """Return the chunk one step away, or ``None`` (also when that chunk is not known yet)."""
@@ -68,6 +83,7 @@ class PoolLinks:
             # A target the store lacks is returned: it has no vector, so it is reported skipped.
             return target
         self._misses[target] = None
+        self._edges.append((chunk_id, direction))
         return None
 
 
@@ -132,7 +148,6 @@ class BudgetRun:
     Args:
         pool: The query's pool, holding the retrieved chunks (best first) as its seeds.
         settings: The budget; ``settings.window`` also limits the prefetch.
-        keys: Where chunk links live in metadata.
         token_counts: Token counts, required when ``settings.max_tokens`` is set.
     """
 
@@ -140,26 +155,38 @@ class BudgetRun:
         self,
         pool: QueryPool,
         settings: BudgetSettings,
-        keys: ChunkMetadataKeys,
         token_counts: Mapping[str, int] | None = None,
     ) -> None:
         self.pool = pool
         self.settings = settings
-        self.keys = keys
         self.token_counts = token_counts
         window = settings.window
         self.hops = PREFETCH_HOPS if window is None else min(window, PREFETCH_HOPS)
+        # Beyond a fixed window the walk never goes, so predicting past a miss would be waste.
+        self.extend_hops = EXTEND_HOPS if window is None else 0
+        self._steps = steps_of(settings.direction)
         self._hops_done = 0
         self.attempts = 0
         self.result: ExpansionResult | None = None
 
     def prefetch_request(self) -> list[str] | None:
-        """Return the next ring of neighbours to fetch, or ``None`` once the prefetch is done."""
+        """Return the next neighbours to fetch, or ``None`` once the prefetch is done.
+
+        The first request holds the first ring (read from the seeds' links) and the predicted ids
+        of the further rings; later requests hold whatever of the next ring is still unknown,
+        which is nothing when the predictions were right.
+        """
         while self._hops_done < self.hops:
             self._hops_done += 1
-            wanted = self.pool.unfetched_neighbors(
-                self.settings.direction, self._hops_done, self.keys
-            )
+            wanted = self.pool.unfetched_neighbors(self.settings.direction, self._hops_done)
+            if self._hops_done == 1 and self.hops > 1:
+                predicted = (
+                    chunk_id
+                    for seed in self.pool.seeds
+                    for step in self._steps
+                    for chunk_id in self.pool.predicted_ids(seed, step, 2, self.hops)
+                )
+                wanted = self.pool.unrequested([*wanted, *predicted])
             if wanted:
                 return wanted
         return None
@@ -168,19 +195,28 @@ class BudgetRun:
         """Run the selection over what the pool holds; return the ids it missed, if any.
 
         Every known chunk must have had its vector asked for before the call. When the return
-        value is empty, :attr:`result` holds the exact selection.
+        value is empty, :attr:`result` holds the exact selection; otherwise it holds the misses
+        and the predicted ids of up to :data:`EXTEND_HOPS` further rings beyond each.
         """
         self.attempts += 1
         misses: dict[str, None] = {}
+        edges: list[tuple[str, Step]] = []
         result = select_within_budget(
             self.pool.query_vector,
             self.pool.seeds,
-            PoolLinks(self.pool, self.keys, misses),
+            PoolLinks(self.pool, misses, edges),
             PoolVectors(self.pool, misses),
             self.settings,
             token_counts=self.token_counts,
         )
         if misses:
-            return list(misses)
+            predicted = (
+                chunk_id
+                for known, step in edges
+                for chunk_id in self.pool.predicted_ids(known, step, 2, 1 + self.extend_hops)
+            )
+            return (
+                self.pool.unrequested([*misses, *predicted]) if self.extend_hops else list(misses)
+            )
         self.result = result
         return []

@@ -64,7 +64,7 @@ def _by_requested_id(
     wanted = set(chunk_ids)
     found: dict[str, Document] = {}
     for document in documents:
-        chunk_id = read_links(document, keys).chunk_id
+        chunk_id = document.id if document.id in wanted else read_links(document, keys).chunk_id
         if chunk_id in wanted and chunk_id not in found:
             found[chunk_id] = document
     return found

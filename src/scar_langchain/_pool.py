@@ -7,7 +7,7 @@ Both the plain and the budgeted path of :class:`~scar_langchain.SCARRetriever` f
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,9 +15,9 @@ import numpy.typing as npt
 from langchain_core.documents import Document
 
 from scar_core.assembly import ChunkRecord
-from scar_core.graph import NeighborGraph, Step
+from scar_core.graph import NeighborGraph, Step, chunk_id_for
 from scar_core.settings import Direction
-from scar_langchain._links import ChunkMetadataKeys, read_links
+from scar_langchain._links import DEFAULT_KEYS, ChunkLinks, ChunkMetadataKeys, read_links
 from scar_langchain._neighbors import FetchedChunks
 
 __all__ = ["QueryPool", "steps_of", "unidentified_id"]
@@ -55,6 +55,8 @@ class QueryPool:
         requested: Ids asked of the neighbour source (found or not).
         vectors_asked: Ids whose vectors were asked of the vector source (found or not).
         exhausted: Whether the last search returned fewer chunks than asked, or nothing new.
+        keys: Where chunk links live in metadata.
+        chunk_links: The links of every known chunk, read once when the chunk arrived.
     """
 
     query_vector: FloatVector
@@ -64,40 +66,51 @@ class QueryPool:
     requested: set[str] = field(default_factory=set)
     vectors_asked: set[str] = field(default_factory=set)
     exhausted: bool = False
+    keys: ChunkMetadataKeys = DEFAULT_KEYS
+    chunk_links: dict[str, ChunkLinks] = field(default_factory=dict)
+    _graph: NeighborGraph | None = field(default=None, init=False, repr=False)
+    _named_by_position: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
 
-    def add_seeds(self, found: Sequence[Document], size: int, keys: ChunkMetadataKeys) -> None:
+    def _remember(self, chunk_id: str, document: Document) -> None:
+        """Keep a chunk and its links (read from metadata once, not on every lookup)."""
+        if chunk_id in self.documents:
+            return
+        self.documents[chunk_id] = document
+        self.chunk_links[chunk_id] = read_links(document, self.keys)
+        self._graph = None
+
+    def add_seeds(self, found: Sequence[Document], size: int) -> None:
         """Record a search's results, best first; the pool is exhausted when it ran short."""
         previous = set(self.seeds)
         seeds: dict[str, None] = {}
         for document in found:
-            chunk_id = read_links(document, keys).chunk_id or unidentified_id(document)
+            chunk_id = read_links(document, self.keys).chunk_id or unidentified_id(document)
             if chunk_id in seeds:
                 continue
             seeds[chunk_id] = None
-            self.documents.setdefault(chunk_id, document)
+            self._remember(chunk_id, document)
         self.seeds = list(seeds)
         self.exhausted = len(found) < size or not (set(self.seeds) - previous)
 
-    def links(self, keys: ChunkMetadataKeys) -> NeighborGraph:
-        """The neighbour graph of every chunk known so far."""
-        links: dict[str, tuple[str | None, str | None]] = {}
-        documents: dict[str, str] = {}
-        for chunk_id, document in self.documents.items():
-            chunk = read_links(document, keys)
-            links[chunk_id] = (chunk.previous_id, chunk.next_id)
-            if chunk.document_id is not None:
-                documents[chunk_id] = chunk.document_id
-        return NeighborGraph(links, documents)
+    def links(self) -> NeighborGraph:
+        """The neighbour graph of every chunk known so far (rebuilt only after new chunks)."""
+        if self._graph is None:
+            links: dict[str, tuple[str | None, str | None]] = {}
+            documents: dict[str, str] = {}
+            for chunk_id, chunk in self.chunk_links.items():
+                links[chunk_id] = (chunk.previous_id, chunk.next_id)
+                if chunk.document_id is not None:
+                    documents[chunk_id] = chunk.document_id
+            self._graph = NeighborGraph(links, documents)
+        return self._graph
 
-    def unfetched_neighbors(
-        self, direction: Direction, steps: int, keys: ChunkMetadataKeys
-    ) -> list[str]:
+    def unfetched_neighbors(self, direction: Direction, steps: int) -> list[str]:
         """Ids up to ``steps`` away from a seed that are neither known nor already asked for.
 
         The walk passes only through known chunks, so calling this once per step, after fetching
         what the previous call returned, discovers one ring of neighbours at a time.
         """
-        graph = self.links(keys)
+        graph = self.links()
         wanted: dict[str, None] = {}
         for seed in self.seeds:
             for step in steps_of(direction):
@@ -106,13 +119,43 @@ class QueryPool:
                         wanted[chunk_id] = None
         return list(wanted)
 
+    def predicted_ids(self, chunk_id: str, step: Step, first: int, last: int) -> list[str]:
+        """Ids of the chunks ``first``..``last`` steps from a known chunk, if they can be named.
+
+        :func:`~scar_langchain.link_chunks` names every chunk ``chunk_id_for(document,
+        position)``, so the ids further along a chain follow from the document and position of
+        any chunk named that way, without reading the chunks in between. For a chunk named any
+        other way nothing is predicted. A prediction is only a prefetch hint: the walk still
+        follows the links the chunks carry, so a predicted chunk it never reaches is unused.
+        """
+        chunk = self.chunk_links.get(chunk_id)
+        if chunk is None or chunk.document_id is None or chunk.position is None:
+            return []
+        if chunk_id not in self._named_by_position:
+            self._named_by_position[chunk_id] = (
+                chunk_id_for(chunk.document_id, chunk.position) == chunk_id
+            )
+        if not self._named_by_position[chunk_id]:
+            return []
+        sign = -1 if step == "previous" else 1
+        positions = (chunk.position + sign * distance for distance in range(first, last + 1))
+        return [chunk_id_for(chunk.document_id, p) for p in positions if p >= 0]
+
+    def unrequested(self, chunk_ids: Iterable[str]) -> list[str]:
+        """The ids in ``chunk_ids`` that are neither known nor already asked for, in order."""
+        return [
+            chunk_id
+            for chunk_id in dict.fromkeys(chunk_ids)
+            if chunk_id not in self.documents and chunk_id not in self.requested
+        ]
+
     def add_fetched(self, requested: list[str], fetched: FetchedChunks) -> None:
         """Record the chunks (and any vectors) a neighbour source returned."""
         self.requested.update(requested)
         wanted = set(requested)
         for chunk_id, document in fetched.documents.items():
             if chunk_id in wanted:
-                self.documents.setdefault(chunk_id, document)
+                self._remember(chunk_id, document)
         for chunk_id, vector in fetched.vectors.items():
             if chunk_id in wanted:
                 self.vectors.setdefault(chunk_id, np.asarray(vector, dtype=np.float64))
@@ -134,11 +177,11 @@ class QueryPool:
             if chunk_id in self.documents:
                 self.vectors.setdefault(chunk_id, np.asarray(vector, dtype=np.float64))
 
-    def records(self, keys: ChunkMetadataKeys) -> dict[str, ChunkRecord]:
+    def records(self) -> dict[str, ChunkRecord]:
         """Text and position of every known chunk, for passage assembly."""
         records: dict[str, ChunkRecord] = {}
         for chunk_id, document in self.documents.items():
-            chunk = read_links(document, keys)
+            chunk = self.chunk_links[chunk_id]
             records[chunk_id] = ChunkRecord(
                 chunk_id=chunk_id,
                 text=document.page_content,

@@ -408,23 +408,21 @@ class SCARRetriever(BaseRetriever):
     ) -> list[Document]:
         request = self._request(k, budget)
         query_vector = self._query_embeddings.embed_query(check_query_text(query))
-        pool = QueryPool(np.asarray(query_vector, dtype=np.float64))
+        pool = QueryPool(np.asarray(query_vector, dtype=np.float64), keys=self.metadata_keys)
         if isinstance(request, _BudgetRequest):
             return self._select_within_budget(query, pool, request, run_manager)
         size = request.first_pool
         while True:
             found = self._search(query, pool.query_vector, size, run_manager)
-            pool.add_seeds(found, size, self.metadata_keys)
+            pool.add_seeds(found, size)
             try:
                 for steps in range(1, request.settings.window + 1):
-                    wanted = pool.unfetched_neighbors(
-                        request.settings.direction, steps, self.metadata_keys
-                    )
+                    wanted = pool.unfetched_neighbors(request.settings.direction, steps)
                     if not wanted:
                         break
                     pool.add_fetched(wanted, self._fetch(wanted))
                 self._add_vectors(pool)
-                selection = _select_plain(pool, request, self.metadata_keys)
+                selection = _select_plain(pool, request)
             except Exception as exc:
                 return self._seeds_only(pool, request.k, "plain", exc)
             if selection.complete or pool.exhausted:
@@ -439,7 +437,7 @@ class SCARRetriever(BaseRetriever):
         run_manager: CallbackManagerForRetrieverRun,
     ) -> list[Document]:
         found = self._search(query, pool.query_vector, request.candidates, run_manager)
-        pool.add_seeds(found, request.candidates, self.metadata_keys)
+        pool.add_seeds(found, request.candidates)
         if not pool.seeds:
             return []
         run = self._budget_run(pool, request)
@@ -454,7 +452,7 @@ class SCARRetriever(BaseRetriever):
                 pool.add_fetched(wanted, self._fetch(wanted))
         except Exception as exc:
             return self._seeds_only(pool, request.settings.max_chunks, "budget", exc)
-        return self._output(_budget_selection(run, self.metadata_keys), pool, "budget")
+        return self._output(_budget_selection(run), pool, "budget")
 
     def _search(
         self,
@@ -509,23 +507,21 @@ class SCARRetriever(BaseRetriever):
     ) -> list[Document]:
         request = self._request(k, budget)
         query_vector = await self._query_embeddings.aembed_query(check_query_text(query))
-        pool = QueryPool(np.asarray(query_vector, dtype=np.float64))
+        pool = QueryPool(np.asarray(query_vector, dtype=np.float64), keys=self.metadata_keys)
         if isinstance(request, _BudgetRequest):
             return await self._aselect_within_budget(query, pool, request, run_manager)
         size = request.first_pool
         while True:
             found = await self._asearch(query, pool.query_vector, size, run_manager)
-            pool.add_seeds(found, size, self.metadata_keys)
+            pool.add_seeds(found, size)
             try:
                 for steps in range(1, request.settings.window + 1):
-                    wanted = pool.unfetched_neighbors(
-                        request.settings.direction, steps, self.metadata_keys
-                    )
+                    wanted = pool.unfetched_neighbors(request.settings.direction, steps)
                     if not wanted:
                         break
                     pool.add_fetched(wanted, await self._afetch(wanted))
                 await self._aadd_vectors(pool)
-                selection = _select_plain(pool, request, self.metadata_keys)
+                selection = _select_plain(pool, request)
             except Exception as exc:
                 return self._seeds_only(pool, request.k, "plain", exc)
             if selection.complete or pool.exhausted:
@@ -540,7 +536,7 @@ class SCARRetriever(BaseRetriever):
         run_manager: AsyncCallbackManagerForRetrieverRun,
     ) -> list[Document]:
         found = await self._asearch(query, pool.query_vector, request.candidates, run_manager)
-        pool.add_seeds(found, request.candidates, self.metadata_keys)
+        pool.add_seeds(found, request.candidates)
         if not pool.seeds:
             return []
         run = self._budget_run(pool, request)
@@ -555,7 +551,7 @@ class SCARRetriever(BaseRetriever):
                 pool.add_fetched(wanted, await self._afetch(wanted))
         except Exception as exc:
             return self._seeds_only(pool, request.settings.max_chunks, "budget", exc)
-        return self._output(_budget_selection(run, self.metadata_keys), pool, "budget")
+        return self._output(_budget_selection(run), pool, "budget")
 
     async def _asearch(
         self,
@@ -606,7 +602,7 @@ class SCARRetriever(BaseRetriever):
         token_counts = None
         if request.settings.max_tokens is not None:
             token_counts = PoolTokenCounts(pool, self._token_counter())
-        return BudgetRun(pool, request.settings, self.metadata_keys, token_counts)
+        return BudgetRun(pool, request.settings, token_counts)
 
     def _output(self, selection: _Selection, pool: QueryPool, mode: Mode) -> list[Document]:
         if selection.result is None:
@@ -695,14 +691,14 @@ class _Selection:
     complete: bool
 
 
-def _select_plain(pool: QueryPool, request: _PlainRequest, keys: ChunkMetadataKeys) -> _Selection:
+def _select_plain(pool: QueryPool, request: _PlainRequest) -> _Selection:
     """Expand the fewest best seeds that give ``k`` passages (or all seeds, if fewer).
 
     Adding one seed adds at most one passage (it can only join or extend runs around itself),
     so the count of seeds still needed is at least the count of passages missing.
     """
-    graph = pool.links(keys)
-    records = pool.records(keys)
+    graph = pool.links()
+    records = pool.records()
     if not pool.seeds:
         return _Selection(None, [], records, graph, complete=True)
     policy = ScarPolicy(request.settings)
@@ -738,7 +734,7 @@ def _first_passages(passages: Sequence[Passage], k: int) -> list[Passage]:
     ]
 
 
-def _budget_selection(run: BudgetRun, keys: ChunkMetadataKeys) -> _Selection:
+def _budget_selection(run: BudgetRun) -> _Selection:
     """Every passage of a finished budgeted run: their number follows from the budget."""
     assert run.result is not None
     for skipped in run.result.skipped:
@@ -749,8 +745,8 @@ def _budget_selection(run: BudgetRun, keys: ChunkMetadataKeys) -> _Selection:
                 skipped.seed_id,
                 skipped.detail,
             )
-    graph = run.pool.links(keys)
-    records = run.pool.records(keys)
+    graph = run.pool.links()
+    records = run.pool.records()
     passages = assemble_passages(run.result, records, graph)
     return _Selection(run.result, passages, records, graph, complete=True)
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from scar_core import NeighborGraph, chunk_id_for, link_sequence
 from scar_core.errors import LinkError
+from scar_core.graph import CHUNK_ID_NAMESPACE
 
 
 def test_chunk_ids_are_stable_uuids_that_differ_by_document_and_position() -> None:
@@ -15,6 +18,13 @@ def test_chunk_ids_are_stable_uuids_that_differ_by_document_and_position() -> No
     assert first == chunk_id_for("rfc9293.txt", 3)
     assert uuid.UUID(first).version == 5
     assert len({first, chunk_id_for("rfc9293.txt", 4), chunk_id_for("gdpr.txt", 3)}) == 3
+
+
+@given(st.text(min_size=1), st.integers(min_value=0, max_value=10**12))
+def test_chunk_ids_are_the_uuid5_of_document_and_position(document: str, position: int) -> None:
+    # Ids already stored must keep resolving: the id is uuid5(namespace, "document\x1fposition").
+    expected = uuid.uuid5(CHUNK_ID_NAMESPACE, f"{document}\x1f{position}")
+    assert chunk_id_for(document, position) == str(expected)
 
 
 @pytest.mark.parametrize(("document", "position"), [("", 0), ("doc", -1), ("doc", True)])

@@ -334,16 +334,40 @@ def _long_document(length: int = 30, seed: int = 10) -> tuple[dict[str, list[flo
     return table, texts
 
 
-def test_unlimited_growth_costs_one_lookup_per_ring_and_equals_full_knowledge() -> None:
+def _renamed(chunks: Sequence[Document]) -> list[Document]:
+    """The same chain under ids that do not follow link_chunks' naming (nothing predictable)."""
+    names = {c.id: f"custom-{index}" for index, c in enumerate(chunks)}
+    renamed = []
+    for chunk in chunks:
+        metadata = dict(chunk.metadata)
+        for key in ("scar_chunk_id", "scar_prev_id", "scar_next_id"):
+            if key in metadata:
+                metadata[key] = names[metadata[key]]
+        renamed.append(
+            Document(id=names[chunk.id], page_content=chunk.page_content, metadata=metadata)
+        )
+    return renamed
+
+
+# Growth from p10 to p19, which needs p20 known (it bids for the last slot), over ids that
+# link_chunks named (predictable) or not. Predictable: p7..p13 (three rings) in one call, then
+# each miss (p14, p17, p20) comes with the two chunks after it: 4 calls. Not predictable: the
+# three prefetched rings are one call each, then one call per ring up to p20: 3 + 7 = 10 calls.
+@pytest.mark.parametrize(("predictable", "lookups"), [(True, 4), (False, 10)])
+def test_unlimited_growth_fetches_rings_in_few_lookups_and_equals_full_knowledge(
+    predictable: bool, lookups: int
+) -> None:
     table, texts = _long_document()
     store, chunks = _linked_store(table, {"doc": texts})
+    if not predictable:
+        chunks = _renamed(chunks)
+        store = CountingStore(TableEmbeddings(table))
+        store.add_documents(chunks, ids=[c.id for c in chunks])
     docs = SCARRetriever(vectorstore=store, k=1, budget=10, fetch_k=1).invoke("q")
     [passage] = docs
     assert passage.page_content.split() == [f"p{i}" for i in range(10, 20)]
-    # Two rings are prefetched; each further ring is one more call, up to the ring just beyond
-    # the last chunk taken (p20, which had to be known to be bid on): 10 rings, 10 calls.
     assert store.search_sizes == [1]
-    assert len(store.lookups) == 10
+    assert len(store.lookups) == lookups
     requested = [cid for batch in store.lookups for cid in batch]
     assert len(requested) == len(set(requested))
     vectors = {c.id: table[c.page_content] for c in chunks}
@@ -354,10 +378,20 @@ def test_unlimited_growth_costs_one_lookup_per_ring_and_equals_full_knowledge() 
     assert sorted(passage.metadata["scar_chunk_ids"]) == sorted(expected.chunk_ids)
 
 
-@pytest.mark.parametrize(("window", "lookups"), [(1, 1), (2, 2), (3, 3)])
-def test_a_window_limits_growth_and_the_prefetch(window: int, lookups: int) -> None:
+# A window of w prefetches w rings: one call when the ids are predictable, w calls otherwise.
+@pytest.mark.parametrize(
+    ("window", "predictable", "lookups"),
+    [(1, True, 1), (2, True, 1), (3, True, 1), (1, False, 1), (2, False, 2), (3, False, 3)],
+)
+def test_a_window_limits_growth_and_the_prefetch(
+    window: int, predictable: bool, lookups: int
+) -> None:
     table, texts = _long_document()
-    store, _ = _linked_store(table, {"doc": texts})
+    store, chunks = _linked_store(table, {"doc": texts})
+    if not predictable:
+        store = CountingStore(TableEmbeddings(table))
+        renamed = _renamed(chunks)
+        store.add_documents(renamed, ids=[c.id for c in renamed])
     [passage] = SCARRetriever(vectorstore=store, k=1, budget=10, fetch_k=1, window=window).invoke(
         "q"
     )
