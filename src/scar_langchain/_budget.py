@@ -47,6 +47,11 @@ PREFETCH_HOPS = 3
 EXTEND_HOPS = 2
 
 
+def prefetch_hops(settings: BudgetSettings) -> int:
+    """Rings to prefetch around every retrieved chunk: :data:`PREFETCH_HOPS`, or the window."""
+    return PREFETCH_HOPS if settings.window is None else min(settings.window, PREFETCH_HOPS)
+
+
 def _settled(pool: QueryPool, chunk_id: str) -> bool:
     """Whether the pool knows a chunk, or knows that the store does not hold it."""
     return chunk_id in pool.documents or chunk_id in pool.requested
@@ -160,10 +165,9 @@ class BudgetRun:
         self.pool = pool
         self.settings = settings
         self.token_counts = token_counts
-        window = settings.window
-        self.hops = PREFETCH_HOPS if window is None else min(window, PREFETCH_HOPS)
+        self.hops = prefetch_hops(settings)
         # Beyond a fixed window the walk never goes, so predicting past a miss would be waste.
-        self.extend_hops = EXTEND_HOPS if window is None else 0
+        self.extend_hops = EXTEND_HOPS if settings.window is None else 0
         self._steps = steps_of(settings.direction)
         self._hops_done = 0
         self.attempts = 0

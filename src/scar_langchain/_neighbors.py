@@ -8,7 +8,7 @@ retriever's :class:`~scar_langchain.NeighborVectorSource`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -24,6 +24,8 @@ __all__ = [
     "DocstoreNeighbors",
     "FetchedChunks",
     "NeighborSource",
+    "SearchHits",
+    "VectorSearchSource",
     "VectorStoreNeighbors",
 ]
 
@@ -43,6 +45,32 @@ class FetchedChunks:
 
     documents: dict[str, Document]
     vectors: dict[str, FloatVector] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchHits:
+    """What a :class:`VectorSearchSource` returns: search hits together with their vectors.
+
+    Attributes:
+        documents: The hits, best first, as the vector store's own search returns them.
+        vectors: ``chunk id -> stored vector`` of the hits.
+    """
+
+    documents: list[Document]
+    vectors: Mapping[str, FloatVector]
+
+
+@runtime_checkable
+class VectorSearchSource(Protocol):
+    """Searches the store and returns each hit's stored vector in the same round trip."""
+
+    def search_with_vectors(self, query_vector: Sequence[float], k: int) -> SearchHits:
+        """Return the ``k`` best hits for ``query_vector`` and their vectors."""
+        ...
+
+    async def asearch_with_vectors(self, query_vector: Sequence[float], k: int) -> SearchHits:
+        """Async form of :meth:`search_with_vectors`."""
+        ...
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ from scar_core.assembly import ChunkRecord
 from scar_core.graph import NeighborGraph, Step, chunk_id_for
 from scar_core.settings import Direction
 from scar_langchain._links import DEFAULT_KEYS, ChunkLinks, ChunkMetadataKeys, read_links
-from scar_langchain._neighbors import FetchedChunks
+from scar_langchain._neighbors import FetchedChunks, SearchHits
 
 __all__ = ["QueryPool", "steps_of", "unidentified_id"]
 
@@ -91,6 +91,14 @@ class QueryPool:
             self._remember(chunk_id, document)
         self.seeds = list(seeds)
         self.exhausted = len(found) < size or not (set(self.seeds) - previous)
+
+    def add_hits(self, hits: SearchHits, size: int) -> None:
+        """Record a search that came with its hits' vectors."""
+        self.add_seeds(hits.documents, size)
+        for chunk_id in self.seeds:
+            vector = hits.vectors.get(chunk_id)
+            if vector is not None:
+                self.vectors.setdefault(chunk_id, np.asarray(vector, dtype=np.float64))
 
     def links(self) -> NeighborGraph:
         """The neighbour graph of every chunk known so far (rebuilt only after new chunks)."""

@@ -55,6 +55,8 @@ from scar_langchain._neighbors import (
     DocstoreNeighbors,
     FetchedChunks,
     NeighborSource,
+    SearchHits,
+    VectorSearchSource,
     VectorStoreNeighbors,
 )
 from scar_langchain._pool import QueryPool
@@ -231,6 +233,13 @@ class SCARRetriever(BaseRetriever):
         default=None,
         description="Fetches neighbour chunks by id; chosen from vectorstore/docstore if unset.",
     )
+    search_source: VectorSearchSource | None = Field(
+        default=None,
+        description="Searches the vector store's table itself and returns the hits with their "
+        "stored vectors in the same round trip (PGVectorChunks). Used instead of the vector "
+        "store's search; search_kwargs must then be empty. It also serves as neighbor_source "
+        "and vector_source when those are unset.",
+    )
     vector_source: NeighborVectorSource | None = Field(
         default=None,
         description="Supplies chunk vectors; by default the store's own vectors when it holds "
@@ -344,8 +353,23 @@ class SCARRetriever(BaseRetriever):
                 + ("." if self.vectorstore is None else " because the vector store exposes none.")
             )
         self._query_embeddings = embeddings
+        search_source = self.search_source
+        if search_source is not None:
+            if self.vectorstore is None:
+                raise InvalidSettingsError(
+                    "search_source= searches the table of a vector store: pass vectorstore= (the "
+                    "store whose table it reads) instead of base_retriever=."
+                )
+            if self.search_kwargs:
+                raise InvalidSettingsError(
+                    f"search_source= cannot apply search_kwargs={self.search_kwargs!r}: its "
+                    "search has no filter. Drop search_source= to search through the store, "
+                    "or drop the search_kwargs."
+                )
         if self.neighbor_source is not None:
             self._neighbors = self.neighbor_source
+        elif isinstance(search_source, NeighborSource):
+            self._neighbors = search_source
         elif self.docstore is not None:
             self._neighbors = DocstoreNeighbors(self.docstore)
         elif self.vectorstore is not None:
@@ -355,7 +379,12 @@ class SCARRetriever(BaseRetriever):
                 "base_retriever= needs docstore= (a BaseStore[str, Document] holding every "
                 "chunk under its id) or neighbor_source= to fetch neighbours from."
             )
-        self._vectors = self.vector_source or default_vector_source(self.vectorstore, embeddings)
+        if self.vector_source is not None:
+            self._vectors = self.vector_source
+        elif isinstance(search_source, NeighborVectorSource):
+            self._vectors = search_source
+        else:
+            self._vectors = default_vector_source(self.vectorstore, embeddings)
         if self.max_tokens is not None:
             # Resolved now so that a missing tokenizer fails at construction, not mid-query.
             self._count_tokens = self.token_counter or tiktoken_counter()
@@ -413,8 +442,10 @@ class SCARRetriever(BaseRetriever):
             return self._select_within_budget(query, pool, request, run_manager)
         size = request.first_pool
         while True:
-            found = self._search(query, pool.query_vector, size, run_manager)
-            pool.add_seeds(found, size)
+            if self.search_source is not None:
+                pool.add_hits(self._search_hits(pool, size), size)
+            else:
+                pool.add_seeds(self._search(query, pool.query_vector, size, run_manager), size)
             try:
                 for steps in range(1, request.settings.window + 1):
                     wanted = pool.unfetched_neighbors(request.settings.direction, steps)
@@ -436,8 +467,11 @@ class SCARRetriever(BaseRetriever):
         request: _BudgetRequest,
         run_manager: CallbackManagerForRetrieverRun,
     ) -> list[Document]:
-        found = self._search(query, pool.query_vector, request.candidates, run_manager)
-        pool.add_seeds(found, request.candidates)
+        if self.search_source is not None:
+            pool.add_hits(self._search_hits(pool, request.candidates), request.candidates)
+        else:
+            found = self._search(query, pool.query_vector, request.candidates, run_manager)
+            pool.add_seeds(found, request.candidates)
         if not pool.seeds:
             return []
         run = self._budget_run(pool, request)
@@ -473,6 +507,10 @@ class SCARRetriever(BaseRetriever):
         return self.base_retriever.invoke(
             query, config={"callbacks": run_manager.get_child()}, **extra
         )
+
+    def _search_hits(self, pool: QueryPool, size: int) -> SearchHits:
+        assert self.search_source is not None
+        return self.search_source.search_with_vectors(pool.query_vector.tolist(), size)
 
     def _fetch(self, chunk_ids: list[str]) -> FetchedChunks:
         try:
@@ -512,8 +550,11 @@ class SCARRetriever(BaseRetriever):
             return await self._aselect_within_budget(query, pool, request, run_manager)
         size = request.first_pool
         while True:
-            found = await self._asearch(query, pool.query_vector, size, run_manager)
-            pool.add_seeds(found, size)
+            if self.search_source is not None:
+                pool.add_hits(await self._asearch_hits(pool, size), size)
+            else:
+                found = await self._asearch(query, pool.query_vector, size, run_manager)
+                pool.add_seeds(found, size)
             try:
                 for steps in range(1, request.settings.window + 1):
                     wanted = pool.unfetched_neighbors(request.settings.direction, steps)
@@ -535,8 +576,12 @@ class SCARRetriever(BaseRetriever):
         request: _BudgetRequest,
         run_manager: AsyncCallbackManagerForRetrieverRun,
     ) -> list[Document]:
-        found = await self._asearch(query, pool.query_vector, request.candidates, run_manager)
-        pool.add_seeds(found, request.candidates)
+        if self.search_source is not None:
+            hits = await self._asearch_hits(pool, request.candidates)
+            pool.add_hits(hits, request.candidates)
+        else:
+            found = await self._asearch(query, pool.query_vector, request.candidates, run_manager)
+            pool.add_seeds(found, request.candidates)
         if not pool.seeds:
             return []
         run = self._budget_run(pool, request)
@@ -574,6 +619,10 @@ class SCARRetriever(BaseRetriever):
         return await self.base_retriever.ainvoke(
             query, config={"callbacks": run_manager.get_child()}, **extra
         )
+
+    async def _asearch_hits(self, pool: QueryPool, size: int) -> SearchHits:
+        assert self.search_source is not None
+        return await self.search_source.asearch_with_vectors(pool.query_vector.tolist(), size)
 
     async def _afetch(self, chunk_ids: list[str]) -> FetchedChunks:
         try:

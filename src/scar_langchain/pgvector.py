@@ -22,7 +22,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,7 +30,7 @@ from langchain_core.documents import Document
 
 from scar_core._async_engines import AsyncEnginePerLoop
 from scar_core.errors import InvalidSettingsError, missing_dependency
-from scar_langchain._neighbors import FetchedChunks
+from scar_langchain._neighbors import FetchedChunks, SearchHits
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -44,6 +44,11 @@ logger = logging.getLogger(__name__)
 FloatVector = npt.NDArray[np.float64]
 #: Documents and vectors read from the table, by the chunk id asked for.
 _Rows = tuple[dict[str, Document], dict[str, FloatVector]]
+
+#: A store's distance strategy, as langchain-postgres names its ``DistanceStrategy`` members.
+Distance = Literal["cosine", "euclidean", "inner_product"]
+#: pgvector's ordering operator for each distance strategy.
+_DISTANCE_OPERATORS: dict[str, str] = {"cosine": "<=>", "euclidean": "<->", "inner_product": "<#>"}
 
 #: pgvector's binary vector: int16 dimension, int16 unused, then big-endian float32 values.
 _BINARY_HEADER_BYTES = 4
@@ -151,6 +156,9 @@ class PGVectorTable:
         embedding_column: The pgvector column (``vector`` or ``halfvec``).
         metadata_json_column: The JSON metadata column, or ``None`` when there is none.
         metadata_columns: Columns read into metadata under their own names, as the store does.
+        distance: The store's distance strategy, which orders the hits of
+            :meth:`PGVectorChunks.search_with_vectors`: ``"cosine"`` (the store's default),
+            ``"euclidean"`` or ``"inner_product"``.
     """
 
     table_name: str
@@ -160,6 +168,7 @@ class PGVectorTable:
     embedding_column: str = "embedding"
     metadata_json_column: str | None = "langchain_metadata"
     metadata_columns: tuple[str, ...] = ()
+    distance: Distance = "cosine"
 
     def __post_init__(self) -> None:
         for name in ("table_name", "schema_name", "id_column", "content_column"):
@@ -177,6 +186,11 @@ class PGVectorTable:
         object.__setattr__(self, "metadata_columns", tuple(self.metadata_columns))
         for column in self.metadata_columns:
             _check_identifier("a metadata column", column)
+        if self.distance not in _DISTANCE_OPERATORS:
+            raise InvalidSettingsError(
+                f"distance={self.distance!r} is not valid; use one of "
+                f"{', '.join(_DISTANCE_OPERATORS)} (the store's distance_strategy)."
+            )
 
     @property
     def qualified_name(self) -> str:
@@ -251,6 +265,7 @@ class PGVectorChunks:
         )
         self._layout: _Layout | None = None
         self._layout_lock = threading.Lock()
+        self._search_statement: TextClause | None = None
 
     def __repr__(self) -> str:
         return f"PGVectorChunks(table={self.table.qualified_name})"
@@ -299,15 +314,69 @@ class PGVectorChunks:
         assert layout is not None
         columns = [f'"{table.id_column}"', f'{layout.vector_type}_send("{table.embedding_column}")']
         if with_documents:
-            columns.append(f'"{table.content_column}"')
-            json_column = table.metadata_json_column
-            columns.append(f'"{json_column}"' if json_column is not None else "NULL")
-            columns.extend(f'"{column}"' for column in table.metadata_columns)
+            columns.extend(self._document_columns())
         statement = (
             f"SELECT {', '.join(columns)} FROM {table.qualified_name} "  # noqa: S608 - identifiers checked and quoted
             f'WHERE "{table.id_column}" IN :ids'
         )
         return text(statement).bindparams(bindparam("ids", expanding=True))
+
+    def _search_select(self) -> TextClause:
+        """The store's own search, with each hit's vector in pgvector's binary form.
+
+        ``ORDER BY embedding <op> query LIMIT k`` with the store's distance operator, which an
+        HNSW or IVFFlat index on the column serves, as it serves the store's search.
+        """
+        from sqlalchemy import text
+
+        if self._search_statement is not None:
+            return self._search_statement
+        table = self.table
+        layout = self._layout
+        assert layout is not None
+        embedding = f'"{table.embedding_column}"'
+        distance = f"{embedding} {_DISTANCE_OPERATORS[table.distance]} CAST(:query AS {layout.vector_type})"
+        columns = [f'"{table.id_column}"', f"{layout.vector_type}_send({embedding})"]
+        columns.extend(self._document_columns())
+        columns.append(f"{distance} AS scar_distance")
+        statement = (
+            f"SELECT {', '.join(columns)} FROM {table.qualified_name} "  # noqa: S608 - identifiers checked and quoted
+            f"ORDER BY {distance} LIMIT :k"
+        )
+        self._search_statement = text(statement)
+        return self._search_statement
+
+    def _document_columns(self) -> list[str]:
+        table = self.table
+        json_column = table.metadata_json_column
+        columns = [f'"{table.content_column}"']
+        columns.append(f'"{json_column}"' if json_column is not None else "NULL")
+        columns.extend(f'"{column}"' for column in table.metadata_columns)
+        return columns
+
+    @staticmethod
+    def _search_parameters(query_vector: Sequence[float], k: int) -> dict[str, Any]:
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise InvalidSettingsError(f"k={k!r} is not valid; it must be an integer >= 1.")
+        values = np.asarray(query_vector, dtype=np.float64)
+        if values.ndim != 1 or not values.size or not np.isfinite(values).all():
+            raise InvalidSettingsError(
+                "the query vector must be a non-empty 1-D array of finite numbers; got shape "
+                f"{values.shape}. Check the embedding model's output."
+            )
+        # repr() of a float reads back exactly, so the database sees the query as given.
+        return {"query": "[" + ",".join(map(repr, values.tolist())) + "]", "k": k}
+
+    def _hits(self, rows: Iterable[Sequence[Any]]) -> SearchHits:
+        documents: list[Document] = []
+        vectors: dict[str, FloatVector] = {}
+        for row in rows:
+            chunk_id = str(row[0])
+            documents.append(self._document(chunk_id, row))
+            vector = self._decode(row[1])
+            if vector is not None:
+                vectors[chunk_id] = vector
+        return SearchHits(documents, vectors)
 
     def _queryable(self, chunk_ids: Iterable[str]) -> dict[str, str]:
         """Map each id the table could hold, in the table's own spelling, to the id asked for."""
@@ -394,6 +463,31 @@ class PGVectorChunks:
         """Return the stored vectors of ``chunks`` (``chunk id -> Document``), in one query."""
         return self._run(list(chunks), with_documents=False)[1]
 
+    def search_with_vectors(self, query_vector: Sequence[float], k: int) -> SearchHits:
+        """Search the table as the store does, and return the hits with their stored vectors.
+
+        One SQL statement: the store's search with no filter (same table, same distance
+        strategy, same index), each hit with its vector in binary form. Given as
+        ``SCARRetriever(search_source=...)`` it replaces the store's search, which returns no
+        vectors, and so saves the round trip that would read the hits' vectors afterwards.
+
+        Args:
+            query_vector: The query's embedding.
+            k: How many hits, best first.
+
+        Returns:
+            The hits and their vectors.
+
+        Raises:
+            InvalidSettingsError: If ``k`` is not a positive integer or the query vector is
+                not a finite 1-D vector.
+        """
+        parameters = self._search_parameters(query_vector, k)
+        self._ensure_layout()
+        with self._reads.connect() as connection:
+            rows = connection.execute(self._search_select(), parameters).all()
+        return self._hits(rows)
+
     def close(self) -> None:
         """Dispose of the connection pool this object created (an engine passed in is kept)."""
         if self._owns_engine:
@@ -436,6 +530,16 @@ class PGVectorChunks:
     async def avectors_for(self, chunks: Mapping[str, Document]) -> dict[str, FloatVector]:
         """Async form of :meth:`vectors_for`."""
         return (await self._arun(list(chunks), with_documents=False))[1]
+
+    async def asearch_with_vectors(self, query_vector: Sequence[float], k: int) -> SearchHits:
+        """Async form of :meth:`search_with_vectors`."""
+        parameters = self._search_parameters(query_vector, k)
+        engine = self._async.current()
+        await self._aensure_layout(engine)
+        async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
+            result = await connection.execute(self._search_select(), parameters)
+            rows = result.all()
+        return self._hits(rows)
 
     async def aclose(self) -> None:
         """Dispose of the async pool of the running event loop (if this object created it)."""

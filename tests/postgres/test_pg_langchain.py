@@ -262,3 +262,126 @@ def test_pg_chunks_made_from_a_url_own_their_pool(postgres: Any, setup: Setup) -
         assert sorted(chunks.fetch(setup.corpus.ids[:2]).documents) == sorted(setup.corpus.ids[:2])
     finally:
         chunks.close()
+
+
+# --------------------------------------------------------------------------------------------
+# search_with_vectors: the store's search, with the hits' vectors in the same statement
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize(("window", "direction"), [(1, "both"), (2, "both"), (2, "previous")])
+def test_pg_search_source_matches_the_store_search_and_memory(
+    setup: Setup, window: int, direction: str, mode: str
+) -> None:
+    chunks = setup.chunks()
+    settings = {"k": 3, "window": window, "direction": direction, **MODES[mode]}
+    with_vectors = SCARRetriever(vectorstore=setup.pg_store, search_source=chunks, **settings)
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, **settings)
+    for query in setup.corpus.queries:
+        assert comparable(with_vectors.invoke(query)) == comparable(in_memory.invoke(query)), query
+    assert setup.embeddings.documents_embedded == 0
+
+
+def test_pg_search_with_vectors_returns_the_store_hits_and_exact_vectors(setup: Setup) -> None:
+    chunks = setup.chunks()
+    for query, vector in setup.corpus.queries.items():
+        hits = chunks.search_with_vectors(vector, k=4)
+        by_store = setup.pg_store.similarity_search_by_vector(vector, k=4)
+        assert [(d.id, d.page_content, d.metadata) for d in hits.documents] == [
+            (d.id, d.page_content, d.metadata) for d in by_store
+        ], query
+        assert sorted(hits.vectors) == sorted(d.id for d in by_store if d.id is not None)
+        for chunk_id, found in hits.vectors.items():
+            assert np.array_equal(found, setup.corpus.vectors[chunk_id])
+
+
+def test_pg_search_source_costs_a_search_and_one_fetch_per_query(setup: Setup) -> None:
+    chunks = setup.chunks()
+    chunks.fetch(setup.corpus.ids[:1])  # reads the table's column types once
+    store_statements: list[str] = []
+
+    def count_store(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        store_statements.append(statement)
+
+    store_engine = setup.engine_pg._pool.sync_engine
+    sqlalchemy.event.listen(store_engine, "before_cursor_execute", count_store)
+    try:
+        # Window 3 in budget mode: link_chunks ids are predictable, so every ring within the
+        # window comes in one fetch after the search, and nothing lies beyond the window.
+        retriever = SCARRetriever(vectorstore=setup.pg_store, search_source=chunks, window=3)
+        for query in setup.corpus.queries:
+            setup.statements.clear()
+            retriever.invoke(query)
+            assert len(setup.statements) == 2, query
+            assert "ORDER BY" in setup.statements[0]
+            assert " IN " in setup.statements[1]
+    finally:
+        sqlalchemy.event.remove(store_engine, "before_cursor_execute", count_store)
+    assert store_statements == [], "the store's own search is not used"
+    assert setup.embeddings.documents_embedded == 0
+
+
+async def test_pg_search_source_async_matches_sync(setup: Setup) -> None:
+    chunks = setup.chunks()
+    retriever = SCARRetriever(vectorstore=setup.pg_store, search_source=chunks)
+    try:
+        for query in list(setup.corpus.queries)[:4]:
+            assert comparable(await retriever.ainvoke(query)) == comparable(retriever.invoke(query))
+    finally:
+        await chunks.aclose()
+
+
+def test_pg_search_source_settings_are_checked(setup: Setup) -> None:
+    chunks = setup.chunks()
+    with pytest.raises(InvalidSettingsError, match="search_kwargs"):
+        SCARRetriever(
+            vectorstore=setup.pg_store, search_source=chunks, search_kwargs={"filter": {"a": 1}}
+        )
+    with pytest.raises(InvalidSettingsError, match="vectorstore="):
+        SCARRetriever(
+            base_retriever=setup.pg_store.as_retriever(),
+            search_source=chunks,
+            embeddings=setup.embeddings,
+        )
+    with pytest.raises(InvalidSettingsError, match="distance='dot'"):
+        PGVectorTable(setup.table, distance="dot")  # type: ignore[arg-type]
+    vector = next(iter(setup.corpus.queries.values()))
+    with pytest.raises(InvalidSettingsError, match="k=0"):
+        chunks.search_with_vectors(vector, k=0)
+    with pytest.raises(InvalidSettingsError, match="finite"):
+        chunks.search_with_vectors([float("nan")] * len(vector), k=3)
+
+
+@pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
+def test_pg_search_with_vectors_orders_by_the_store_distance(
+    postgres: Any, table_name: str, distance: str
+) -> None:
+    corpus = make_corpus(dimension=8, seed=3)
+    strategy = {
+        "euclidean": langchain_postgres.v2.indexes.DistanceStrategy.EUCLIDEAN,
+        "inner_product": langchain_postgres.v2.indexes.DistanceStrategy.INNER_PRODUCT,
+    }[distance]
+    engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("psycopg"))
+    sql = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    try:
+        engine.init_vectorstore_table(table_name, corpus.dimension)
+        embeddings = CountingEmbeddings(corpus.vector_of_text(), corpus.queries)
+        store = langchain_postgres.PGVectorStore.create_sync(
+            engine, embeddings, table_name, distance_strategy=strategy
+        )
+        documents = corpus.documents
+        store.add_embeddings(
+            [d.page_content for d in documents],
+            [corpus.vectors[d.id] for d in documents if d.id is not None],
+            metadatas=[dict(d.metadata) for d in documents],
+            ids=corpus.ids,
+        )
+        chunks = PGVectorChunks(sql, PGVectorTable(table_name, distance=distance))  # type: ignore[arg-type]
+        for vector in corpus.queries.values():
+            hits = chunks.search_with_vectors(vector, k=5).documents
+            assert [d.id for d in hits] == [
+                d.id for d in store.similarity_search_by_vector(vector, k=5)
+            ]
+    finally:
+        sql.dispose()
+        asyncio.run(engine.close())
