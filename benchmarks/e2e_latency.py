@@ -297,8 +297,23 @@ def main() -> None:
         default=["10000:384", "10000:1536", "100000:384"],
         help="size:dim pairs also timed with an HNSW index (exact scans are always timed)",
     )
-    parser.add_argument("--no-llamaindex", action="store_true")
+    frameworks = parser.add_mutually_exclusive_group()
+    frameworks.add_argument("--no-llamaindex", action="store_true", help="time LangChain only")
+    frameworks.add_argument(
+        "--only-llamaindex", action="store_true", help="time LlamaIndex only (no LangChain)"
+    )
+    parser.add_argument(
+        "--output",
+        default=None,
+        help=(
+            "file name under benchmarks/results/ (default: e2e_latency.md, or "
+            "e2e_latency_llamaindex.md with --only-llamaindex so the full table is kept)"
+        ),
+    )
     args = parser.parse_args()
+    output = args.output or (
+        "e2e_latency_llamaindex.md" if args.only_llamaindex else "e2e_latency.md"
+    )
     logging.disable(logging.WARNING)
 
     print(machine_summary(), flush=True)
@@ -320,9 +335,10 @@ def main() -> None:
                 }
                 embeddings = PrecomputedEmbeddings(corpus, queries)
                 label = f"{size // 1000}k, d={dimension}"
+                indexes = ["exact"] + (["hnsw"] if f"{size}:{dimension}" in args.hnsw else [])
                 print(f"{label}: {rounds} rounds", flush=True)
 
-                if "memory" in args.backends:
+                if "memory" in args.backends and not args.only_llamaindex:
                     store = InMemoryVectorStore(embeddings)
                     store.add_documents(documents_of(corpus), ids=corpus.chunk_ids())
                     embeddings.documents_embedded = 0
@@ -336,29 +352,25 @@ def main() -> None:
                         flush=True,
                     )
                     del store
-                    if not args.no_llamaindex and size <= 10_000:
-                        from llama_index.core import VectorStoreIndex
-                        from llama_index.core.schema import QueryBundle
+                if "memory" in args.backends and not args.no_llamaindex and size <= 10_000:
+                    from llama_index.core import VectorStoreIndex
+                    from llama_index.core.schema import QueryBundle
 
-                        nodes = llamaindex_nodes(corpus)
-                        for row, node in enumerate(nodes):
-                            node.embedding = corpus.vectors[row].tolist()
-                        index = VectorStoreIndex(nodes, embed_model=llamaindex_embed_model())
-                        bundles = [
-                            QueryBundle(query_str=t, embedding=queries[t]) for t in query_texts
-                        ]
-                        medians = interleaved_medians(
-                            llamaindex_contenders(index, bundles, {}), rounds
-                        )
-                        llamaindex_table += llamaindex_rows(f"{label}, memory", medians)
-                        print(
-                            "  llamaindex memory",
-                            {k: round(v * 1e3, 2) for k, v in medians.items()},
-                            flush=True,
-                        )
-                        del index, nodes
+                    nodes = llamaindex_nodes(corpus)
+                    for row, node in enumerate(nodes):
+                        node.embedding = corpus.vectors[row].tolist()
+                    index = VectorStoreIndex(nodes, embed_model=llamaindex_embed_model())
+                    bundles = [QueryBundle(query_str=t, embedding=queries[t]) for t in query_texts]
+                    medians = interleaved_medians(llamaindex_contenders(index, bundles, {}), rounds)
+                    llamaindex_table += llamaindex_rows(f"{label}, memory", medians)
+                    print(
+                        "  llamaindex memory",
+                        {k: round(v * 1e3, 2) for k, v in medians.items()},
+                        flush=True,
+                    )
+                    del index, nodes
 
-                if server is not None:
+                if server is not None and not args.only_llamaindex:
                     from langchain_postgres import PGEngine, PGVectorStore
 
                     table = f"lc_{size}_{dimension}"
@@ -383,7 +395,6 @@ def main() -> None:
                     print(f"  loaded {size:,} LangChain rows in {seconds:.1f}s", flush=True)
                     store = PGVectorStore.create_sync(engine, embeddings, table)
                     chunks = PGVectorChunks(server.get_uri(driver="psycopg"), PGVectorTable(table))
-                    indexes = ["exact"] + (["hnsw"] if f"{size}:{dimension}" in args.hnsw else [])
                     for index_kind in indexes:
                         if index_kind == "hnsw":
                             built = create_hnsw_index(server.get_uri(), table)
@@ -405,56 +416,52 @@ def main() -> None:
                     chunks.close()
                     drop_hnsw_indexes(server.get_uri(), table)
 
-                    if not args.no_llamaindex:
-                        from llama_index.core import VectorStoreIndex
-                        from llama_index.core.schema import QueryBundle
+                if server is not None and not args.no_llamaindex:
+                    from llama_index.core import VectorStoreIndex
+                    from llama_index.core.schema import QueryBundle
 
-                        from scar_llamaindex import PGVectorNodeSource, create_node_id_index
+                    from scar_llamaindex import PGVectorNodeSource, create_node_id_index
 
-                        li_table = f"li_{size}_{dimension}"
-                        li_store = load_llamaindex_table(server, corpus, li_table)
-                        index = VectorStoreIndex.from_vector_store(
-                            li_store, embed_model=llamaindex_embed_model()
+                    li_table = f"li_{size}_{dimension}"
+                    li_store = load_llamaindex_table(server, corpus, li_table)
+                    index = VectorStoreIndex.from_vector_store(
+                        li_store, embed_model=llamaindex_embed_model()
+                    )
+                    assert len(index.docstore.docs) == 0
+                    bundles = [QueryBundle(query_str=t, embedding=queries[t]) for t in query_texts]
+                    for index_kind in indexes:
+                        if index_kind == "hnsw":
+                            create_hnsw_index(server.get_uri(), f"data_{li_table}")
+                        contenders = llamaindex_contenders(index, bundles, {})
+                        engines = [li_store.client]
+                        statements = statements_per_query(engines, contenders)
+                        medians = interleaved_medians(contenders, rounds)
+                        llamaindex_table += llamaindex_rows(
+                            f"{label}, pgvector {index_kind}, no node_id index",
+                            medians,
+                            statements,
                         )
-                        assert len(index.docstore.docs) == 0
-                        bundles = [
-                            QueryBundle(query_str=t, embedding=queries[t]) for t in query_texts
-                        ]
-                        for index_kind in indexes:
-                            if index_kind == "hnsw":
-                                create_hnsw_index(server.get_uri(), f"data_{li_table}")
-                            contenders = llamaindex_contenders(index, bundles, {})
-                            engines = [li_store.client]
-                            statements = statements_per_query(engines, contenders)
-                            medians = interleaved_medians(contenders, rounds)
-                            llamaindex_table += llamaindex_rows(
-                                f"{label}, pgvector {index_kind}, no node_id index",
-                                medians,
-                                statements,
-                            )
-                            create_node_id_index(li_store)
-                            source = PGVectorNodeSource(li_store)
-                            contenders = llamaindex_contenders(
-                                index, bundles, {"+ SCAR budget=10, PGVectorNodeSource": source}
-                            )
-                            statements = statements_per_query(engines, contenders)
-                            medians = interleaved_medians(contenders, rounds)
-                            llamaindex_table += llamaindex_rows(
-                                f"{label}, pgvector {index_kind}, node_id index",
-                                medians,
-                                statements,
-                            )
-                            print(
-                                f"  llamaindex pgvector {index_kind}",
-                                {k: round(v * 1e3, 2) for k, v in medians.items()},
-                                flush=True,
-                            )
-                            source.close()
-                            with __import__("psycopg").connect(
-                                server.get_uri(), autocommit=True
-                            ) as c:
-                                c.execute(f'DROP INDEX IF EXISTS "data_{li_table}_node_id_idx"')
-                        drop_hnsw_indexes(server.get_uri(), f"data_{li_table}")
+                        create_node_id_index(li_store)
+                        source = PGVectorNodeSource(li_store)
+                        contenders = llamaindex_contenders(
+                            index, bundles, {"+ SCAR budget=10, PGVectorNodeSource": source}
+                        )
+                        statements = statements_per_query(engines, contenders)
+                        medians = interleaved_medians(contenders, rounds)
+                        llamaindex_table += llamaindex_rows(
+                            f"{label}, pgvector {index_kind}, node_id index",
+                            medians,
+                            statements,
+                        )
+                        print(
+                            f"  llamaindex pgvector {index_kind}",
+                            {k: round(v * 1e3, 2) for k, v in medians.items()},
+                            flush=True,
+                        )
+                        source.close()
+                        with __import__("psycopg").connect(server.get_uri(), autocommit=True) as c:
+                            c.execute(f'DROP INDEX IF EXISTS "data_{li_table}_node_id_idx"')
+                    drop_hnsw_indexes(server.get_uri(), f"data_{li_table}")
                 del corpus
     finally:
         if server_context is not None:
@@ -492,7 +499,7 @@ def main() -> None:
         + "\n"
     )
     print(text)
-    write_result("e2e_latency.md", text)
+    write_result(output, text)
 
 
 if __name__ == "__main__":

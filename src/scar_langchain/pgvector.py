@@ -204,6 +204,7 @@ class _Layout:
 
     ids_are_uuids: bool
     vector_type: str
+    id_type: str
 
 
 class PGVectorChunks:
@@ -266,6 +267,7 @@ class PGVectorChunks:
         self._layout: _Layout | None = None
         self._layout_lock = threading.Lock()
         self._search_statement: TextClause | None = None
+        self._by_id_statements: dict[bool, TextClause] = {}
 
     def __repr__(self) -> str:
         return f"PGVectorChunks(table={self.table.qualified_name})"
@@ -304,11 +306,20 @@ class PGVectorChunks:
                 f"column {table.embedding_column!r} is of type {vector_type}; expected a pgvector "
                 "vector or halfvec column."
             )
-        return _Layout(ids_are_uuids=types[table.id_column] == "uuid", vector_type=vector_type)
+        id_type = types[table.id_column]
+        if not id_type.replace("_", "").isalnum():
+            raise InvalidSettingsError(
+                f"column {table.id_column!r} has type {id_type!r}, which cannot name an array type."
+            )
+        return _Layout(ids_are_uuids=id_type == "uuid", vector_type=vector_type, id_type=id_type)
 
     def _select(self, with_documents: bool) -> TextClause:
-        from sqlalchemy import bindparam, text
+        """Rows by id: ``= ANY(array)`` is one bound value, however many ids are asked for."""
+        from sqlalchemy import text
 
+        cached = self._by_id_statements.get(with_documents)
+        if cached is not None:
+            return cached
         table = self.table
         layout = self._layout
         assert layout is not None
@@ -317,9 +328,10 @@ class PGVectorChunks:
             columns.extend(self._document_columns())
         statement = (
             f"SELECT {', '.join(columns)} FROM {table.qualified_name} "  # noqa: S608 - identifiers checked and quoted
-            f'WHERE "{table.id_column}" IN :ids'
+            f'WHERE "{table.id_column}" = ANY(CAST(:ids AS {layout.id_type}[]))'
         )
-        return text(statement).bindparams(bindparam("ids", expanding=True))
+        compiled = self._by_id_statements[with_documents] = text(statement)
+        return compiled
 
     def _search_select(self) -> TextClause:
         """The store's own search, with each hit's vector in pgvector's binary form.

@@ -26,14 +26,17 @@ from scar_llamaindex.pgvector import PGVectorNodeSource, create_node_id_index
 from scar_llamaindex.postprocessor import OnError, SCARNodePostprocessor
 from scar_llamaindex.sources import (
     FetchedNodes,
+    FetchedWindow,
     NeighborSource,
     StoreNeighborSource,
+    WindowNeighborSource,
     stored_embedding,
 )
 
 __all__ = [
     "TRACE_METADATA_KEYS",
     "FetchedNodes",
+    "FetchedWindow",
     "MemoryTextVectorCache",
     "NeighborSource",
     "OnError",
@@ -42,6 +45,7 @@ __all__ = [
     "ScarEmbedding",
     "StoreNeighborSource",
     "TextVectorCache",
+    "WindowNeighborSource",
     "create_node_id_index",
     "stored_embedding",
 ]

@@ -4,8 +4,9 @@
 the nodes it will need are not known in advance. :class:`BudgetRun`
 
 1. prefetches, in one batched fetch per ring, the neighbours of every incoming node up to
-   :data:`PREFETCH_HOPS` steps away (fewer when ``window`` is smaller); the first fetch also
-   asks for the incoming nodes' stored vectors, as in plain mode; then
+   :data:`PREFETCH_HOPS` steps away (fewer when ``window`` is smaller; a source that fetches a
+   whole window in one request is given a deeper one, and the rings are then answered from it);
+   the first fetch also asks for the incoming nodes' stored vectors, as in plain mode; then
 2. runs the selection over lookups that answer only from the nodes collected so far and record
    every node they were asked about and do not hold yet. When a run recorded such misses, the
    caller fetches all of them in one call and the (cheap, deterministic) selection runs again.
@@ -118,6 +119,8 @@ class BudgetRun:
         settings: The budget, with ``min_seeds`` already capped at the number of nodes.
         links: Where to read neighbour ids on a node.
         count_tokens: Counts a node's tokens; required when ``settings.max_tokens`` is set.
+        prefetch_hops: Rings of neighbours collected before the first attempt (capped by
+            ``settings.window``).
     """
 
     def __init__(
@@ -126,8 +129,9 @@ class BudgetRun:
         settings: BudgetSettings,
         links: NodeLinks,
         count_tokens: TokenCounter | None = None,
+        prefetch_hops: int = PREFETCH_HOPS,
     ) -> None:
-        hops = PREFETCH_HOPS if settings.window is None else min(settings.window, PREFETCH_HOPS)
+        hops = prefetch_hops if settings.window is None else min(settings.window, prefetch_hops)
         self.walk = ExpansionRun(
             nodes, ScarSettings(window=hops, direction=settings.direction), links
         )
@@ -142,6 +146,10 @@ class BudgetRun:
     def seeds(self) -> dict[str, NodeWithScore]:
         """The incoming nodes by id, best first."""
         return self.walk.seeds
+
+    def window_request(self) -> tuple[list[str], list[str], int]:
+        """Return ``(start ids, stored-vector ids, radius)`` to fetch the prefetch in one request."""
+        return self.walk.window_request()
 
     def next_request(self) -> tuple[list[str], list[str]] | None:
         """Return the next prefetch ring ``(node ids, stored-vector ids)``, or ``None``."""

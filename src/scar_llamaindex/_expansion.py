@@ -79,6 +79,18 @@ class ExpansionRun:
         """The seeds' ids, best first."""
         return list(self.seeds)
 
+    def window_request(self) -> tuple[list[str], list[str], int]:
+        """Return ``(start ids, stored-vector ids, radius)`` for fetching the whole walk at once.
+
+        The start ids are the seeds; the vector ids, the seeds without a vector; the radius, the
+        number of hops :meth:`next_request` will walk.
+        """
+        return (
+            list(self.seeds),
+            [i for i in self.seeds if i not in self.vectors],
+            self.settings.window,
+        )
+
     def next_request(self) -> tuple[list[str], list[str]] | None:
         """Return the next hop's ``(node ids to fetch, ids whose stored vectors to fetch)``.
 

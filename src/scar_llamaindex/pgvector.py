@@ -1,4 +1,4 @@
-"""Neighbour nodes and their stored vectors from a LlamaIndex ``PGVectorStore``, one query per hop.
+"""Neighbour nodes and their stored vectors from a LlamaIndex ``PGVectorStore``, in one query.
 
 LlamaIndex's ``PGVectorStore.get_nodes`` already returns each node with its embedding, so the
 default :class:`~scar_llamaindex.StoreNeighborSource` expands over pgvector without embedding
@@ -7,26 +7,30 @@ anything, even when the index's docstore is empty. Two things cost time as the t
 * the store's table has no index on ``node_id``, so every fetch by id scans the whole table;
   :func:`create_node_id_index` adds one;
 * ``get_nodes`` receives vectors as pgvector text and parses them (about 0.6 microseconds per
-  dimension); :class:`PGVectorNodeSource` receives them in pgvector's binary form instead.
+  dimension); :class:`PGVectorNodeSource` receives them in pgvector's binary form instead;
+* a walk outwards from the retrieved nodes costs one round trip per ring of neighbours;
+  :meth:`PGVectorNodeSource.fetch_window` walks the links stored in the rows in SQL (a
+  ``WITH RECURSIVE`` query) and returns every ring up to a radius in one round trip.
 
 Nothing here imports ``llama_index.vector_stores.postgres`` or ``sqlalchemy`` until it is used.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from llama_index.core.schema import BaseNode, TextNode
+from llama_index.core.schema import BaseNode, NodeRelationship, TextNode
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
 from scar_core._async_engines import AsyncEnginePerLoop
 from scar_core.errors import InvalidSettingsError, missing_dependency
-from scar_llamaindex.sources import FetchedNodes
+from scar_llamaindex.sources import FetchedNodes, FetchedWindow
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -41,6 +45,12 @@ logger = logging.getLogger(__name__)
 _BINARY_HEADER_BYTES = 4
 #: PostgreSQL truncates longer identifiers.
 _MAX_IDENTIFIER_BYTES = 63
+#: Keys of the links followed in the serialised node (``metadata_->>'_node_content'``).
+_RELATIONSHIP_KEYS: dict[str, tuple[str, ...]] = {
+    "previous": (str(NodeRelationship.PREVIOUS.value),),
+    "next": (str(NodeRelationship.NEXT.value),),
+    "both": (str(NodeRelationship.PREVIOUS.value), str(NodeRelationship.NEXT.value)),
+}
 
 
 def _pgvector_store_type() -> type[Any]:
@@ -157,13 +167,16 @@ def create_node_id_index(vector_store: Any, *, engine: Engine | None = None) -> 
 
 
 class PGVectorNodeSource:
-    """Fetch neighbour nodes and their stored vectors from a ``PGVectorStore``, one query a hop.
+    """Fetch neighbour nodes and their stored vectors from a ``PGVectorStore``, in one query.
 
     A :class:`~scar_llamaindex.NeighborSource` that reads only the database (the index's docstore
     may be empty): each fetch is one ``SELECT`` by ``node_id`` that returns the nodes asked for and
     the vectors of those and of the seeds, in pgvector's binary form (exact, nothing to parse).
-    Nodes are rebuilt as ``PGVectorStore.get_nodes`` rebuilds them. Run
-    :func:`create_node_id_index` once so that the ``SELECT`` uses an index.
+    It is also a :class:`~scar_llamaindex.WindowNeighborSource`: :meth:`fetch_window` returns
+    every node within a radius of the retrieved nodes in one statement, following the
+    ``PREVIOUS`` / ``NEXT`` relationships stored in each row, so the postprocessor's whole walk
+    usually costs one round trip. Nodes are rebuilt as ``PGVectorStore.get_nodes`` rebuilds them.
+    Run :func:`create_node_id_index` once so that both queries use an index.
 
     Args:
         vector_store: The index's ``PGVectorStore`` (``index.vector_store``).
@@ -222,6 +235,90 @@ class PGVectorNodeSource:
         )
         return text(statement).bindparams(bindparam("ids", expanding=True))
 
+    def _window_select(self) -> TextClause:
+        """One statement: walk the stored links from the start ids and return what it reached.
+
+        ``walk`` holds one row per stored row reached: its id, the link key followed, its depth
+        (0 for a start row), its row's columns, and ``linked_id``, the id its serialised node
+        names under that key (read only below ``radius``, where the walk goes on). The result
+        has three parts: the rows reached at depth >= 1 (as nodes), the linked ids no row holds
+        (``found`` false), and the requested vector ids with their vectors, when stored.
+        """
+        from sqlalchemy import text
+
+        table = self._table
+        statement = f"""
+WITH RECURSIVE start AS MATERIALIZED (
+    SELECT
+        stored.node_id,
+        stored.embedding,
+        stored.text,
+        stored.metadata_,
+        CAST(stored.metadata_ ->> '_node_content' AS jsonb) -> 'relationships' AS links
+    FROM unnest(CAST(:start_ids AS text[])) AS asked(node_id)
+    CROSS JOIN LATERAL (
+        SELECT own.node_id, own.embedding, own.text, own.metadata_
+        FROM {table.qualified_name} AS own
+        WHERE own.node_id = asked.node_id
+        OFFSET 0
+    ) AS stored
+),
+walk(node_id, link_key, depth, linked_id, embedding, text, metadata_) AS (
+    SELECT
+        start.node_id,
+        way.link_key,
+        0,
+        start.links -> way.link_key ->> 'node_id',
+        start.embedding,
+        start.text,
+        start.metadata_
+    FROM start
+    CROSS JOIN unnest(CAST(:link_keys AS text[])) AS way(link_key)
+  UNION ALL
+    SELECT
+        stored.node_id,
+        walk.link_key,
+        walk.depth + 1,
+        CASE WHEN walk.depth + 1 < CAST(:radius AS integer) THEN
+            CAST(stored.metadata_ ->> '_node_content' AS jsonb)
+                -> 'relationships' -> walk.link_key ->> 'node_id'
+        END,
+        stored.embedding,
+        stored.text,
+        stored.metadata_
+    FROM walk
+    CROSS JOIN LATERAL (
+        SELECT own.node_id, own.embedding, own.text, own.metadata_
+        FROM {table.qualified_name} AS own
+        WHERE own.node_id = walk.linked_id
+        OFFSET 0
+    ) AS stored
+)
+(
+    SELECT DISTINCT ON (reached.node_id)
+        reached.node_id, true, true, {table.vector_send}(reached.embedding),
+        reached.text, CAST(reached.metadata_ AS text)
+    FROM walk AS reached
+    WHERE reached.depth > 0
+)
+UNION ALL
+SELECT linking.linked_id, false, false, NULL, NULL, NULL
+FROM walk AS linking
+WHERE linking.linked_id IS NOT NULL
+    AND NOT EXISTS (SELECT FROM walk AS reached WHERE reached.node_id = linking.linked_id)
+UNION ALL
+SELECT asked.node_id, false, stored.node_id IS NOT NULL, {table.vector_send}(stored.embedding),
+    NULL, NULL
+FROM unnest(CAST(:vector_ids AS text[])) AS asked(node_id)
+LEFT JOIN LATERAL (
+    SELECT own.node_id, own.embedding
+    FROM {table.qualified_name} AS own
+    WHERE own.node_id = asked.node_id
+    OFFSET 0
+) AS stored ON true
+"""  # noqa: S608 - identifiers checked and quoted; values bound
+        return text(statement)
+
     def _decode(self, raw: object) -> npt.NDArray[np.float32] | None:
         if not isinstance(raw, (bytes, bytearray, memoryview)):
             return None
@@ -243,6 +340,50 @@ class PGVectorNodeSource:
             if node_id in wanted and node_id not in nodes:
                 nodes[node_id] = _rebuild(node_id, text, metadata)
         return FetchedNodes(nodes, vectors)
+
+    def _collect_window(self, rows: Iterable[Sequence[Any]]) -> FetchedWindow:
+        nodes = _RowNodes()
+        vectors: dict[str, npt.ArrayLike] = {}
+        absent: set[str] = set()
+        for node_id, as_node, found, raw_vector, text, metadata in rows:
+            if not found:
+                absent.add(node_id)
+                continue
+            vector = self._decode(raw_vector)
+            if vector is not None:
+                vectors.setdefault(node_id, vector)
+            if as_node:
+                nodes.add(node_id, text, metadata)
+        return FetchedWindow(nodes, vectors, frozenset(absent))
+
+    @staticmethod
+    def _window_parameters(
+        start_ids: Sequence[str],
+        vector_ids: Sequence[str],
+        radius: int,
+        direction: Literal["both", "previous", "next"],
+    ) -> dict[str, Any] | None:
+        """The statement's parameters, checked; ``None`` when there is nothing to ask."""
+        if isinstance(radius, bool) or not isinstance(radius, int) or radius < 1:
+            raise InvalidSettingsError(
+                f"radius={radius!r} is not valid; it must be an integer >= 1 (the number of "
+                "steps to walk from each start node)."
+            )
+        link_keys = _RELATIONSHIP_KEYS.get(direction)
+        if link_keys is None:
+            raise InvalidSettingsError(
+                f"direction={direction!r} is not valid; use 'both', 'previous' or 'next'."
+            )
+        start = [i for i in dict.fromkeys(start_ids) if isinstance(i, str)]
+        asked = [i for i in dict.fromkeys(vector_ids) if isinstance(i, str)]
+        if not start and not asked:
+            return None
+        return {
+            "start_ids": start,
+            "link_keys": list(link_keys),
+            "radius": radius,
+            "vector_ids": asked,
+        }
 
     @staticmethod
     def _ids(node_ids: Sequence[str], vector_ids: Sequence[str]) -> list[str]:
@@ -271,6 +412,60 @@ class PGVectorNodeSource:
             rows = result.all()
         return self._collect(node_ids, rows)
 
+    def fetch_window(
+        self,
+        start_ids: Sequence[str],
+        vector_ids: Sequence[str],
+        radius: int,
+        direction: Literal["both", "previous", "next"] = "both",
+    ) -> FetchedWindow:
+        """Return every node within ``radius`` steps of ``start_ids``, with vectors, in one query.
+
+        The walk follows the ``PREVIOUS`` / ``NEXT`` relationships serialised in each row
+        (``metadata_->>'_node_content'``, as LlamaIndex writes it) and stops at ids no row holds;
+        those are reported in :attr:`~scar_llamaindex.FetchedWindow.absent`. Rows written
+        outside LlamaIndex (no serialised node) end the walk.
+
+        Args:
+            start_ids: Where the walk starts (the retrieved nodes); returned as nodes only when
+                reached from another start node.
+            vector_ids: Ids whose stored vectors to return as well.
+            radius: Steps to walk from each start node, ``>= 1``.
+            direction: ``"both"``, ``"previous"`` or ``"next"``.
+
+        Returns:
+            The reached nodes, the vectors of those and of ``vector_ids``, and the absent ids.
+
+        Raises:
+            InvalidSettingsError: If ``radius`` or ``direction`` is not valid.
+        """
+        parameters = self._window_parameters(start_ids, vector_ids, radius, direction)
+        if parameters is None:
+            return FetchedWindow()
+        with self._reads.connect() as connection:
+            rows = connection.execute(self._window_select(), parameters).all()
+        return self._collect_window(rows)
+
+    async def afetch_window(
+        self,
+        start_ids: Sequence[str],
+        vector_ids: Sequence[str],
+        radius: int,
+        direction: Literal["both", "previous", "next"] = "both",
+    ) -> FetchedWindow:
+        """Async form of :meth:`fetch_window` (SQLAlchemy's asyncio engine, no worker thread)."""
+        parameters = self._window_parameters(start_ids, vector_ids, radius, direction)
+        if parameters is None:
+            return FetchedWindow()
+        async with (
+            self._async.current()
+            .execution_options(isolation_level="AUTOCOMMIT")
+            .connect() as connection
+        ):
+            result = await connection.execute(self._window_select(), parameters)
+            rows = result.all()
+        return self._collect_window(rows)
+
     def close(self) -> None:
         """Dispose of the connection pool this object created (a shared engine is kept)."""
         if self._owns_engine:
@@ -281,8 +476,46 @@ class PGVectorNodeSource:
         await self._async.dispose_current()
 
 
+class _RowNodes(Mapping[str, BaseNode]):
+    """The nodes of a window's rows, each rebuilt when first looked up.
+
+    Rebuilding a node parses its serialised JSON and validates it (tens of microseconds); a
+    window holds more nodes than a selection usually looks at, so the rest are never rebuilt.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[object, object]] = {}
+        self._built: dict[str, BaseNode] = {}
+
+    def add(self, node_id: str, text: object, metadata: object) -> None:
+        """Keep a row's text and metadata (the first row of an id wins, as in a fetch)."""
+        self._rows.setdefault(node_id, (text, metadata))
+
+    def __getitem__(self, node_id: str) -> BaseNode:
+        node = self._built.get(node_id)
+        if node is None:
+            text, metadata = self._rows[node_id]
+            node = self._built[node_id] = _rebuild(node_id, text, metadata)
+        return node
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._rows
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
 def _rebuild(node_id: str, text: object, metadata: object) -> BaseNode:
     """Rebuild a node from its row the way ``PGVectorStore.get_nodes`` does."""
+    if isinstance(metadata, (str, bytes)):
+        # asyncpg, and the window query, return the json column as text.
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            metadata = None
     metadata_dict = dict(metadata) if isinstance(metadata, dict) else {}
     try:
         node = metadata_dict_to_node(metadata_dict)

@@ -45,7 +45,7 @@ from scar_core.settings import (
     validate_window,
 )
 from scar_core.tokens import TokenCounter, tiktoken_counter
-from scar_llamaindex._budget import BudgetRun
+from scar_llamaindex._budget import PREFETCH_HOPS, BudgetRun
 from scar_llamaindex._expansion import ExpansionRun
 from scar_llamaindex._links import NodeLinks
 from scar_llamaindex._output import Mode, expanded, records_of, unexpanded
@@ -56,7 +56,14 @@ from scar_llamaindex._vectors import (
     missing_texts,
     spread,
 )
-from scar_llamaindex.sources import FetchedNodes, NeighborSource, StoreNeighborSource
+from scar_llamaindex._window import WindowAnswers, merged, window_radius
+from scar_llamaindex.sources import (
+    FetchedNodes,
+    FetchedWindow,
+    NeighborSource,
+    StoreNeighborSource,
+    WindowNeighborSource,
+)
 
 if TYPE_CHECKING:
     from llama_index.core.indices.vector_store.base import VectorStoreIndex
@@ -423,9 +430,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         run = self._start(nodes)
         try:
             query_vector = self._query_vector(bundle)
-            while (request := run.next_request()) is not None:
-                node_ids, vector_ids = request
-                run.absorb(node_ids, self._fetch(node_ids, vector_ids))
+            self._fetch_all(run)
             run.add_vectors(self._embed_nodes(run.nodes_without_vectors()))
         except (NeighborFetchError, EmbeddingError) as error:
             return self._fall_back(list(run.seeds.values()), error)
@@ -444,7 +449,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             return await self._aselect_within_budget(nodes, bundle)
         run = self._start(nodes)
         try:
-            query_vector = await self._aquery_vector_while_fetching(bundle, run)
+            query_vector, _ = await self._aquery_vector_while_fetching(bundle, run)
             run.add_vectors(await self._aembed_nodes(run.nodes_without_vectors()))
         except (NeighborFetchError, EmbeddingError) as error:
             return self._fall_back(list(run.seeds.values()), error)
@@ -456,15 +461,13 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         run = self._start_budget(nodes)
         try:
             query_vector = self._query_vector(bundle)
-            while (request := run.next_request()) is not None:
-                node_ids, vector_ids = request
-                run.absorb(node_ids, self._fetch(node_ids, vector_ids))
+            answers = self._fetch_all(run)
             while True:
                 run.add_vectors(self._embed_nodes(run.nodes_without_vectors()))
                 missing = run.attempt(query_vector)
                 if not missing:
                     break
-                run.absorb_missing(missing, self._fetch(missing, []))
+                run.absorb_missing(missing, self._fetch_through(answers, missing, []))
         except (NeighborFetchError, EmbeddingError) as error:
             return self._fall_back(list(run.seeds.values()), error)
         return self._finish_budget(run)
@@ -474,13 +477,13 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     ) -> list[NodeWithScore]:
         run = self._start_budget(nodes)
         try:
-            query_vector = await self._aquery_vector_while_fetching(bundle, run)
+            query_vector, answers = await self._aquery_vector_while_fetching(bundle, run)
             while True:
                 run.add_vectors(await self._aembed_nodes(run.nodes_without_vectors()))
                 missing = run.attempt(query_vector)
                 if not missing:
                     break
-                run.absorb_missing(missing, await self._afetch(missing, []))
+                run.absorb_missing(missing, await self._afetch_through(answers, missing, []))
         except (NeighborFetchError, EmbeddingError) as error:
             return self._fall_back(list(run.seeds.values()), error)
         return self._finish_budget(run)
@@ -512,7 +515,13 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         if incoming >= int(self.budget or 0):
             self._report_over_budget(incoming, int(self.budget or 0))
         counter = self._resolve_token_counter() if settings.max_tokens is not None else None
-        return BudgetRun(nodes, settings, self._links(), counter)
+        # A window source is asked, in one request, for every ring the selection can reach.
+        hops = (
+            window_radius(settings, incoming)
+            if isinstance(self._source, WindowNeighborSource)
+            else PREFETCH_HOPS
+        )
+        return BudgetRun(nodes, settings, self._links(), counter, prefetch_hops=hops)
 
     def _report_over_budget(self, incoming: int, budget: int) -> None:
         message = (
@@ -613,21 +622,24 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
 
     async def _aquery_vector_while_fetching(
         self, bundle: QueryBundle, run: ExpansionRun | BudgetRun
-    ) -> npt.ArrayLike:
+    ) -> tuple[npt.ArrayLike, WindowAnswers | None]:
         """Embed the query and fetch the neighbours concurrently; they do not depend on each other.
 
         If the fetch fails, the query embedding is cancelled, so nothing runs on after the call.
+
+        Returns:
+            The query vector, and the window fetched up front (``None`` when there was none).
         """
         query_task = asyncio.ensure_future(self._aquery_vector(bundle))
         try:
-            await self._afetch_all(run)
+            answers = await self._afetch_all(run)
         except BaseException:
             query_task.cancel()
             # The fetch error is the one to report; the query task's outcome is discarded.
             with contextlib.suppress(BaseException):
                 await query_task
             raise
-        return await query_task
+        return await query_task, answers
 
     def _fetch(self, node_ids: list[str], vector_ids: list[str]) -> FetchedNodes:
         try:
@@ -645,10 +657,93 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         except Exception as error:
             raise self._fetch_failed(node_ids, vector_ids, error) from error
 
-    async def _afetch_all(self, run: ExpansionRun | BudgetRun) -> None:
+    def _window_plan(
+        self, run: ExpansionRun | BudgetRun
+    ) -> tuple[WindowNeighborSource, list[str], list[str], int] | None:
+        """The window to fetch in one request, or ``None`` when rings are fetched one by one.
+
+        A one-ring walk is one request either way, and the plain fetch is the simpler query.
+        """
+        source = self._source
+        if not isinstance(source, WindowNeighborSource):
+            return None
+        start_ids, vector_ids, radius = run.window_request()
+        if radius < 2:
+            return None
+        return source, start_ids, vector_ids, radius
+
+    def _fetch_all(self, run: ExpansionRun | BudgetRun) -> WindowAnswers | None:
+        """Walk the prefetch rings; from one window request when the source offers it.
+
+        Returns:
+            The window, to answer later fetches from; ``None`` when none was fetched.
+        """
+        answers = None
+        plan = self._window_plan(run)
+        if plan is not None:
+            source, start_ids, vector_ids, radius = plan
+            try:
+                window = source.fetch_window(start_ids, vector_ids, radius, self.direction)
+            except ScarError:
+                raise
+            except Exception as error:
+                raise self._window_failed(start_ids, radius, error) from error
+            answers = WindowAnswers(window, vector_ids)
         while (request := run.next_request()) is not None:
             node_ids, vector_ids = request
-            run.absorb(node_ids, await self._afetch(node_ids, vector_ids))
+            run.absorb(node_ids, self._fetch_through(answers, node_ids, vector_ids))
+        return answers
+
+    async def _afetch_all(self, run: ExpansionRun | BudgetRun) -> WindowAnswers | None:
+        """Async form of :meth:`_fetch_all`."""
+        answers = None
+        plan = self._window_plan(run)
+        if plan is not None:
+            source, start_ids, vector_ids, radius = plan
+            try:
+                window: FetchedWindow = await source.afetch_window(
+                    start_ids, vector_ids, radius, self.direction
+                )
+            except ScarError:
+                raise
+            except Exception as error:
+                raise self._window_failed(start_ids, radius, error) from error
+            answers = WindowAnswers(window, vector_ids)
+        while (request := run.next_request()) is not None:
+            node_ids, vector_ids = request
+            run.absorb(node_ids, await self._afetch_through(answers, node_ids, vector_ids))
+        return answers
+
+    def _fetch_through(
+        self, answers: WindowAnswers | None, node_ids: list[str], vector_ids: list[str]
+    ) -> FetchedNodes:
+        """Answer from the window what it holds; fetch the rest from the source."""
+        if answers is None:
+            return self._fetch(node_ids, vector_ids)
+        answered, node_rest, vector_rest = answers.split(node_ids, vector_ids)
+        if not node_rest and not vector_rest:
+            return answered
+        return merged(answered, self._fetch(node_rest, vector_rest))
+
+    async def _afetch_through(
+        self, answers: WindowAnswers | None, node_ids: list[str], vector_ids: list[str]
+    ) -> FetchedNodes:
+        """Async form of :meth:`_fetch_through`."""
+        if answers is None:
+            return await self._afetch(node_ids, vector_ids)
+        answered, node_rest, vector_rest = answers.split(node_ids, vector_ids)
+        if not node_rest and not vector_rest:
+            return answered
+        return merged(answered, await self._afetch(node_rest, vector_rest))
+
+    def _window_failed(
+        self, start_ids: list[str], radius: int, error: Exception
+    ) -> NeighborFetchError:
+        # The cause's message is chained, not copied: it may hold a connection string.
+        return NeighborFetchError(
+            f"fetching the nodes within {radius} step(s) of {len(start_ids)} node(s) from "
+            f"{self._source!r} failed ({type(error).__name__})."
+        )
 
     def _fetch_failed(
         self, node_ids: list[str], vector_ids: list[str], error: Exception

@@ -6,6 +6,10 @@ docstore first and the vector store for whatever the docstore lacks, so an index
 only in a vector database (an empty docstore) still expands. A store that can return nodes with
 their embeddings in one call (pgvector's ``get_nodes``, for example) supplies neighbours and
 vectors in one round trip, and nothing is re-embedded.
+
+A source may also offer :class:`WindowNeighborSource`: every node within a number of steps of
+the incoming nodes in one request (:class:`~scar_llamaindex.PGVectorNodeSource` walks the links in
+SQL), so that the postprocessor rarely needs a second round trip.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy.typing as npt
 from llama_index.core.schema import BaseNode
@@ -23,7 +27,14 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from scar_core.errors import InvalidSettingsError
 
-__all__ = ["FetchedNodes", "NeighborSource", "StoreNeighborSource", "stored_embedding"]
+__all__ = [
+    "FetchedNodes",
+    "FetchedWindow",
+    "NeighborSource",
+    "StoreNeighborSource",
+    "WindowNeighborSource",
+    "stored_embedding",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +51,21 @@ class FetchedNodes:
 
     nodes: Mapping[str, BaseNode] = field(default_factory=dict)
     vectors: Mapping[str, npt.ArrayLike] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FetchedWindow(FetchedNodes):
+    """What one window fetch returned: nodes, vectors, and the ids known to be absent.
+
+    Attributes:
+        nodes: ``node id -> node`` for every node the walk reached (at least one step away from
+            a start node) that the source holds.
+        vectors: ``node id -> stored vector`` for the reached nodes and the requested vector ids.
+        absent: Ids the source looked up, as reached nodes or as requested vector ids, and does
+            not hold: a fetch of them would return nothing.
+    """
+
+    absent: frozenset[str] = frozenset()
 
 
 @runtime_checkable
@@ -59,6 +85,45 @@ class NeighborSource(Protocol):
 
     async def afetch(self, node_ids: Sequence[str], vector_ids: Sequence[str]) -> FetchedNodes:
         """Async form of :meth:`fetch`."""
+        ...
+
+
+@runtime_checkable
+class WindowNeighborSource(Protocol):
+    """A :class:`NeighborSource` that can also return every node near some nodes in one request.
+
+    The postprocessor uses :meth:`fetch_window` when the source offers it, to collect in one
+    round trip what it would otherwise fetch one ring of neighbours at a time; it still uses
+    :meth:`NeighborSource.fetch` for whatever lies beyond the window, so a window that follows
+    links differently from the postprocessor costs round trips, never correctness.
+    """
+
+    def fetch_window(
+        self,
+        start_ids: Sequence[str],
+        vector_ids: Sequence[str],
+        radius: int,
+        direction: Literal["both", "previous", "next"],
+    ) -> FetchedWindow:
+        """Return the nodes within ``radius`` steps of ``start_ids``, and vectors.
+
+        Args:
+            start_ids: Where the walk starts (the incoming nodes); they are not returned as
+                nodes unless the walk reaches one from another.
+            vector_ids: Ids whose stored vectors to return as well (the incoming nodes').
+            radius: How many steps to walk from each start node, ``>= 1``.
+            direction: Which links to follow: ``"both"``, ``"previous"`` or ``"next"``.
+        """
+        ...
+
+    async def afetch_window(
+        self,
+        start_ids: Sequence[str],
+        vector_ids: Sequence[str],
+        radius: int,
+        direction: Literal["both", "previous", "next"],
+    ) -> FetchedWindow:
+        """Async form of :meth:`fetch_window`."""
         ...
 
 

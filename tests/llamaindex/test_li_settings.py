@@ -22,6 +22,7 @@ def test_public_names_are_pinned() -> None:
         [
             "TRACE_METADATA_KEYS",
             "FetchedNodes",
+            "FetchedWindow",
             "MemoryTextVectorCache",
             "NeighborSource",
             "OnError",
@@ -30,6 +31,7 @@ def test_public_names_are_pinned() -> None:
             "ScarEmbedding",
             "StoreNeighborSource",
             "TextVectorCache",
+            "WindowNeighborSource",
             "create_node_id_index",
             "stored_embedding",
         ]

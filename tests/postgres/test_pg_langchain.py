@@ -164,7 +164,7 @@ def test_pg_a_query_costs_one_statement_per_hop_plus_one_for_seed_vectors(setup:
     retriever.invoke(next(iter(setup.corpus.queries)))
     # The seed search goes through the store's own engine; these are SCAR's statements only.
     assert 1 <= len(setup.statements) <= 3
-    assert all(" IN " in statement for statement in setup.statements)
+    assert all(" = ANY(" in statement for statement in setup.statements)
 
 
 def test_pg_unknown_and_malformed_ids_are_absent(setup: Setup) -> None:
@@ -314,7 +314,7 @@ def test_pg_search_source_costs_a_search_and_one_fetch_per_query(setup: Setup) -
             retriever.invoke(query)
             assert len(setup.statements) == 2, query
             assert "ORDER BY" in setup.statements[0]
-            assert " IN " in setup.statements[1]
+            assert " = ANY(" in setup.statements[1]
     finally:
         sqlalchemy.event.remove(store_engine, "before_cursor_execute", count_store)
     assert store_statements == [], "the store's own search is not used"

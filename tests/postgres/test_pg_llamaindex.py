@@ -312,3 +312,142 @@ def test_pg_rows_written_outside_llamaindex_become_text_nodes(setup: Setup) -> N
 def test_pg_node_source_needs_a_pgvector_store(setup: Setup) -> None:
     with pytest.raises(InvalidSettingsError, match="PGVectorStore"):
         PGVectorNodeSource(setup.memory_index.vector_store)
+
+
+class LazyOnly:
+    """The same source without ``fetch_window``: the postprocessor fetches ring by ring."""
+
+    def __init__(self, source: PGVectorNodeSource) -> None:
+        self.source = source
+
+    def fetch(self, node_ids: Sequence[str], vector_ids: Sequence[str]) -> Any:
+        return self.source.fetch(node_ids, vector_ids)
+
+    async def afetch(self, node_ids: Sequence[str], vector_ids: Sequence[str]) -> Any:
+        return await self.source.afetch(node_ids, vector_ids)
+
+
+#: Budget settings that make the selection reach different depths (and plain mode, window 2).
+WINDOW_CASES: list[dict[str, Any]] = [
+    {},
+    {"budget": 6, "k": 1},
+    {"budget": 12, "k": 2, "direction": "next"},
+    {"budget": 8, "window": 2},
+    {"budget": None, "gamma": 0.7, "window": 2},
+]
+
+
+@pytest.mark.parametrize("top_k", [1, 3])
+@pytest.mark.parametrize("settings", WINDOW_CASES)
+def test_pg_window_matches_lazy_and_memory_in_one_statement(
+    setup: Setup, settings: dict[str, Any], top_k: int
+) -> None:
+    source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
+    windowed = SCARNodePostprocessor(
+        neighbor_source=source, embed_model=setup.embed_model, **settings
+    )
+    lazy = SCARNodePostprocessor(
+        neighbor_source=LazyOnly(source), embed_model=setup.embed_model, **settings
+    )
+    in_memory = SCARNodePostprocessor.from_index(setup.memory_index, **settings)
+    for query in setup.corpus.queries:
+        bundle = setup.bundle(query)
+        seeds = setup.pg_index.as_retriever(similarity_top_k=top_k).retrieve(bundle)
+        setup.statements.clear()
+        from_window = windowed.postprocess_nodes(seeds, bundle)
+        assert len(setup.statements) == 1
+        assert "WITH RECURSIVE" in setup.statements[0]
+        from_lazy = lazy.postprocess_nodes(seeds, bundle)
+        memory_seeds = setup.memory_index.as_retriever(similarity_top_k=top_k).retrieve(bundle)
+        from_memory = in_memory.postprocess_nodes(memory_seeds, bundle)
+        assert_same(from_window, from_lazy)
+        assert_same(from_window, from_memory)
+    assert setup.embed_model.texts_embedded == 0
+
+
+async def test_pg_window_async_matches_sync(setup: Setup) -> None:
+    source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
+    postprocessor = SCARNodePostprocessor(
+        neighbor_source=source, embed_model=setup.embed_model, budget=6, k=1
+    )
+    try:
+        for query in list(setup.corpus.queries)[:4]:
+            bundle = setup.bundle(query)
+            seeds = setup.pg_index.as_retriever(similarity_top_k=2).retrieve(bundle)
+            expected = postprocessor.postprocess_nodes(seeds, bundle)
+            assert_same(await postprocessor.apostprocess_nodes(seeds, bundle), expected)
+    finally:
+        await source.aclose()
+    assert setup.embed_model.texts_embedded == 0
+
+
+def test_pg_window_walks_both_ways_and_reports_absent_ids(setup: Setup) -> None:
+    source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
+    ids = setup.corpus.ids  # 6 documents of 8 chunks, in order
+    window = source.fetch_window([ids[3]], [ids[3], "missing"], 2, "both")
+    assert len(setup.statements) == 1
+    assert sorted(window.nodes) == sorted([ids[1], ids[2], ids[4], ids[5]])
+    assert sorted(window.vectors) == sorted([ids[1], ids[2], ids[3], ids[4], ids[5]])
+    assert window.absent == {"missing"}
+    for node_id in window.vectors:
+        assert np.array_equal(window.vectors[node_id], setup.corpus.vectors[node_id])
+    by_fetch = source.fetch(list(window.nodes), []).nodes
+    for node_id, node in window.nodes.items():
+        assert node.get_content() == by_fetch[node_id].get_content()
+        assert node.relationships == by_fetch[node_id].relationships
+        assert node.metadata == by_fetch[node_id].metadata
+    # The walk stops at the document's first chunk; only "next" links are followed here.
+    assert sorted(source.fetch_window([ids[0]], [], 3, "previous").nodes) == []
+    assert sorted(source.fetch_window([ids[0]], [], 3, "next").nodes) == sorted(ids[1:4])
+    setup.statements.clear()
+    assert source.fetch_window([], [], 2, "both").nodes == {}
+    assert setup.statements == []
+
+
+def test_pg_window_records_a_missing_neighbour_as_absent(setup: Setup) -> None:
+    """A link to a row that is gone is looked up once, in the window, and never again."""
+    ids = setup.corpus.ids
+    with setup.sql.begin() as connection:
+        row = connection.execute(
+            sqlalchemy.text(
+                "DELETE FROM public.data_scar_li_corpus WHERE node_id = :id "
+                "RETURNING text, metadata_::text, node_id, embedding::text"
+            ),
+            {"id": ids[10]},
+        ).one()
+    try:
+        source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
+        window = source.fetch_window([ids[9]], [], 3, "both")
+        assert window.absent == {ids[10]}
+        assert ids[10] not in window.nodes
+        postprocessor = SCARNodePostprocessor(
+            neighbor_source=source, embed_model=setup.embed_model, budget=8, k=1
+        )
+        lazy = SCARNodePostprocessor(
+            neighbor_source=LazyOnly(source), embed_model=setup.embed_model, budget=8, k=1
+        )
+        seed = setup.pg_index.vector_store.get_nodes(node_ids=[ids[9]])[0]
+        seeds = [NodeWithScore(node=seed, score=0.9)]
+        bundle = QueryBundle(query_str="q", embedding=list(setup.corpus.vectors[ids[11]]))
+        setup.statements.clear()
+        output = postprocessor.postprocess_nodes(seeds, bundle)
+        assert len(setup.statements) == 1
+        assert ids[10] not in [item.node.node_id for item in output]
+        assert_same(output, lazy.postprocess_nodes(seeds, bundle))
+    finally:
+        with setup.sql.begin() as connection:
+            connection.execute(
+                sqlalchemy.text(
+                    "INSERT INTO public.data_scar_li_corpus (text, metadata_, node_id, embedding) "
+                    "VALUES (:text, CAST(:meta AS json), :node_id, CAST(:embedding AS vector))"
+                ),
+                {"text": row[0], "meta": row[1], "node_id": row[2], "embedding": row[3]},
+            )
+
+
+def test_pg_window_rejects_bad_settings(setup: Setup) -> None:
+    source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
+    with pytest.raises(InvalidSettingsError, match="radius=0"):
+        source.fetch_window(["a"], [], 0, "both")
+    with pytest.raises(InvalidSettingsError, match="direction='up'"):
+        source.fetch_window(["a"], [], 2, "up")  # type: ignore[arg-type]
