@@ -6,7 +6,8 @@ For each corpus size and dimension, in memory and on pgvector, this times per qu
   mode (``budget=None, k=4``: the first search asks for 2k = 8 hits, so K = 8) and in the
   default budget mode (``budget=10``: the search asks for 10 hits, so K = 10). On pgvector SCAR
   runs with its default sources (``get_by_ids`` for neighbours, the store's ``get`` for vectors,
-  text-encoded) and with ``PGVectorChunks`` as both sources (binary vectors, one query each).
+  text-encoded) and with ``search_source=PGVectorChunks`` (its search returns the hits' vectors
+  in binary form, and it reads neighbours with their vectors in one statement per batch).
 * LlamaIndex: ``index.as_retriever(similarity_top_k=10).retrieve`` alone against the same call
   followed by ``SCARNodePostprocessor`` (budget mode and plain mode): the postprocessor's added
   latency. On pgvector the index lives only in the database (empty docstore).
@@ -91,11 +92,13 @@ def langchain_contenders(
         "SCAR budget=10": SCARRetriever(vectorstore=store),
     }
     if chunks is not None:
-        retrievers["SCAR plain + PGVectorChunks"] = SCARRetriever(
-            vectorstore=store, budget=None, k=4, neighbor_source=chunks, vector_source=chunks
+        # search_source=chunks: the search returns the hits' vectors, and chunks also serves
+        # as neighbour and vector source.
+        retrievers["SCAR plain + search_source=PGVectorChunks"] = SCARRetriever(
+            vectorstore=store, budget=None, k=4, search_source=chunks
         )
-        retrievers["SCAR budget=10 + PGVectorChunks"] = SCARRetriever(
-            vectorstore=store, neighbor_source=chunks, vector_source=chunks
+        retrievers["SCAR budget=10 + search_source=PGVectorChunks"] = SCARRetriever(
+            vectorstore=store, search_source=chunks
         )
     return {
         name: (lambda i, r=retriever: r.invoke(query_texts[i]))
@@ -137,9 +140,9 @@ def langchain_rows(
 ) -> list[list[object]]:
     pairs = [
         ("SCAR plain (budget=None, k=4)", "plain k=8"),
-        ("SCAR plain + PGVectorChunks", "plain k=8"),
+        ("SCAR plain + search_source=PGVectorChunks", "plain k=8"),
         ("SCAR budget=10", "plain k=10"),
-        ("SCAR budget=10 + PGVectorChunks", "plain k=10"),
+        ("SCAR budget=10 + search_source=PGVectorChunks", "plain k=10"),
     ]
     rows = []
     for scar, plain in pairs:

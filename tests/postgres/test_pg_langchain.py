@@ -8,7 +8,9 @@ a single chunk at query time on the database path.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -385,3 +387,19 @@ def test_pg_search_with_vectors_orders_by_the_store_distance(
     finally:
         sql.dispose()
         asyncio.run(engine.close())
+
+
+def test_pg_the_readme_search_source_example_runs(postgres: Any, setup: Setup) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    [example] = [
+        b for b in re.findall(r"```py\n(.*?)```", readme, re.DOTALL) if "search_source" in b
+    ]
+    example = example.replace('PGVectorTable("docs"', f'PGVectorTable("{setup.table}"')
+    setup.corpus.queries["What does the retransmission timer do?"] = next(
+        iter(setup.corpus.queries.values())
+    )
+    namespace: dict[str, Any] = {"url": postgres.uri("psycopg"), "store": setup.pg_store}
+    exec(compile(example, "README.md search_source example", "exec"), namespace)
+    assert namespace["docs"], "the example retrieved nothing"
+    assert all(d.metadata["scar_mode"] == "budget" for d in namespace["docs"])
+    namespace["chunks"].close()
