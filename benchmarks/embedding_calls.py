@@ -148,6 +148,12 @@ def langchain_rows(corpus: Corpus, server: Any) -> list[list[object]]:
             **o,
         ),
     )
+    add(
+        "store: PGVectorStore + search_source=PGVectorChunks",
+        lambda m, o: SCARRetriever(
+            vectorstore=PGVectorStore.create_sync(engine, m, table), search_source=chunks, **o
+        ),
+    )
 
     def docstore_setup(
         model: CountingEmbeddings, vectors: Embeddings, options: dict[str, Any]

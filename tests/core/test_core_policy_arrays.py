@@ -11,6 +11,7 @@ import logging
 
 import numpy as np
 import pytest
+from test_core_policy_reference import World, naive_expand, near_tie
 
 from scar_core import NeighborGraph, ScarSettings, expand_batch
 from scar_core.errors import InvalidVectorError, LinkError
@@ -176,6 +177,17 @@ def test_a_seed_of_another_rank_is_passed_through() -> None:
     assert batch.selected_rows(0).tolist() == [0, 1, 2]
 
 
+@pytest.mark.parametrize(("n_queries", "k"), [(0, 3), (2, 0), (1, 2)])
+def test_empty_batches_and_padding_only_seeds(n_queries: int, k: int) -> None:
+    vectors = np.eye(4, dtype=np.float32)
+    links = np.array([[-1, 1], [0, 2], [1, 3], [2, -1]])
+    seeds = np.full((n_queries, k), -1)
+    batch = expand_batch_arrays(np.ones((n_queries, 4)), vectors, seeds, links, ScarSettings())
+    assert batch.outcome.shape == (n_queries, k, 2, 1)
+    assert batch.decision_count == 0
+    assert np.isnan(batch.score).all()
+
+
 def test_unusable_seed_vectors_are_refused() -> None:
     vectors = np.array([[1.0, 0.0], [np.nan, 1.0]])
     with pytest.raises(InvalidVectorError, match=r"seed row 1 \(query 0, rank 1\).*NaN"):
@@ -207,3 +219,151 @@ def test_bad_arguments_name_the_problem(
     link_rows = np.full((3, 2), -1) if links is None else links
     with pytest.raises(error, match=message):
         expand_batch_arrays(queries, vectors, seeds, link_rows)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------
+# Against the naive reference (test_core_policy_reference), on worlds shaped like retrieval:
+# seeds bunched in a few documents, so walks pass through other seeds and reach far steps.
+
+
+def reference_world(vectors: np.ndarray, links: np.ndarray) -> World:
+    ids = [f"chunk-{row}" for row in range(vectors.shape[0])]
+    return World(
+        links={
+            ids[row]: tuple(ids[int(link)] if link >= 0 else None for link in links[row])  # type: ignore[misc]
+            for row in range(len(ids))
+        },
+        documents={},
+        vectors={ids[row]: [float(x) for x in vectors[row]] for row in range(len(ids))},
+        dimension=vectors.shape[1],
+    )
+
+
+def bunched_world(
+    rng: np.random.Generator, dtype: type[np.floating], dimension: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, ScarSettings]:
+    """Documents of chunks whose vectors drift, queries near a few of them, bunched seeds."""
+    n_documents, length = int(rng.integers(1, 4)), int(rng.integers(3, 12))
+    n_rows = n_documents * length
+    vectors = rng.standard_normal((n_rows, dimension))
+    for row in range(1, n_rows):
+        if row % length:
+            vectors[row] = 0.6 * vectors[row - 1] + 0.8 * vectors[row]
+    vectors *= rng.uniform(0.2, 5.0, size=(n_rows, 1))
+    if rng.random() < 0.3:
+        vectors[rng.integers(n_rows)] = np.nan
+    links = np.full((n_rows, 2), -1)
+    for row in range(n_rows):
+        if row % length:
+            links[row, 0] = row - 1
+        if (row + 1) % length:
+            links[row, 1] = row + 1
+        if rng.random() < 0.08:  # one-way, self or cross-document links
+            links[row, int(rng.integers(2))] = int(rng.integers(n_rows))
+    good = [row for row in range(n_rows) if np.isfinite(vectors[row]).all()]
+    n_queries, k = int(rng.integers(1, 8)), int(rng.integers(1, 7))
+    seeds = np.full((n_queries, k), -1)
+    queries = np.empty((n_queries, dimension))
+    for query in range(n_queries):
+        start = int(rng.choice(good))
+        window = [row for row in good if abs(row - start) <= 4]
+        chosen = rng.choice(window, size=int(rng.integers(1, min(k, len(window)) + 1)))
+        seeds[query, : len(chosen)] = chosen
+        mean = vectors[chosen].mean(axis=0)
+        queries[query] = mean / np.linalg.norm(mean) + rng.normal(scale=0.3, size=dimension)
+    settings = ScarSettings(
+        lambda_=float(rng.choice([0.0, 0.1, 0.5])),
+        gamma=float(rng.choice([0.3, 0.6, 0.8, 1.0])),
+        window=int(rng.integers(1, 5)),
+        direction=str(rng.choice(["both", "both", "previous", "next"])),  # type: ignore[arg-type]
+    )
+    return queries, vectors.astype(dtype), seeds, links, settings
+
+
+def assert_same_as_reference(
+    queries: np.ndarray,
+    vectors: np.ndarray,
+    seeds: np.ndarray,
+    links: np.ndarray,
+    settings: ScarSettings,
+) -> int:
+    """Compare selections and decisions with the naive reference; return how many compared."""
+    world = reference_world(vectors, links)
+    batch = expand_batch_arrays(queries, vectors, seeds, links, settings)
+    compared = 0
+    for query in range(queries.shape[0]):
+        seed_ids = [f"chunk-{row}" for row in seeds[query] if row >= 0]
+        selected, decisions = naive_expand(
+            world, list(map(float, queries[query])), seed_ids, settings
+        )
+        if near_tie(decisions):
+            continue  # fsum and float64 dot products may differ there; tested separately
+        assert [f"chunk-{row}" for row in batch.selected_rows(query)] == selected, query
+        outcome = batch.outcome[query]
+        decided = (outcome == Outcome.ACCEPTED) | (outcome == Outcome.REJECTED)
+        rows = batch.path[query][decided]
+        codes = outcome[decided]
+        assert sorted(
+            (f"chunk-{row}", code == Outcome.ACCEPTED)
+            for row, code in zip(rows, codes, strict=True)
+        ) == sorted((neighbour, accepted) for _, neighbour, _, _, _, _, accepted in decisions)
+        # Figures are given exactly where a decision was taken.
+        for figure in (batch.relevance, batch.boundary_penalty, batch.score):
+            assert np.array_equal(np.isnan(figure[query]), ~decided)
+        scores = sorted(batch.score[query][decided])
+        assert scores == pytest.approx(sorted(d[3] for d in decisions), abs=1e-4)
+        compared += 1
+    return compared
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("seed", range(60))
+def test_bunched_seeds_match_the_naive_reference(
+    seed: int, dtype: type[np.floating], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR)
+    rng = np.random.default_rng(1000 + seed)
+    world = bunched_world(rng, dtype, int(rng.integers(2, 16)))
+    assert_same_as_reference(*world)
+    assert_same_as_object_path(*world)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_near_ties_beyond_the_first_step_are_settled_as_in_float64(seed: int) -> None:
+    """A later step's score (reached through an accepted step or through another seed) within
+    2e-8 of its threshold: float32 cannot tell the sides apart, the settled decision must."""
+    rng = np.random.default_rng(300 + seed)
+    dimension = 1024
+    tried = 0
+    while tried < 4:
+        base = rng.standard_normal(dimension)
+        rows = [base]
+        for _ in range(3):
+            rows.append(0.9 * rows[-1] + 0.45 * rng.standard_normal(dimension))
+        vectors = np.stack(rows).astype(np.float32)
+        exact = vectors.astype(np.float64)
+        unit = exact / np.linalg.norm(exact, axis=1, keepdims=True)
+        query = base + rng.normal(scale=0.5, size=dimension)
+        q = query / np.linalg.norm(query)
+        links = np.array([[-1, 1], [0, 2], [1, 3], [2, -1]])
+        # Seeds 0 and 1 (rank order): seed 0's walk passes through seed 1 and decides row 2 at
+        # distance 2, with the penalty across 1 -> 2 and seed 0's threshold.
+        seeds = np.array([[0, 1]]) if rng.random() < 0.5 else np.array([[0]])
+        lambda_ = 0.1
+        score = unit[2] @ q - lambda_ * (1 - unit[1] @ unit[2])
+        gamma = float(score / (unit[0] @ q)) * (1 + float(rng.choice([-2e-8, 2e-8])))
+        if not 0 < gamma <= 1:
+            continue
+        if seeds.shape[1] == 1:  # row 1 must be accepted first for row 2 to be reached
+            first = unit[1] @ q - lambda_ * (1 - unit[0] @ unit[1])
+            if not first > gamma * (unit[0] @ q) + 1e-3:
+                continue
+        tried += 1
+        settings = ScarSettings(lambda_=lambda_, gamma=gamma, window=3, direction="next")
+        assert_same_as_object_path(query[None, :], vectors, seeds, links, settings)
+        world = reference_world(vectors, links)
+        selected, _ = naive_expand(
+            world, list(map(float, query)), [f"chunk-{row}" for row in seeds[0]], settings
+        )
+        batch = expand_batch_arrays(query[None, :], vectors, seeds, links, settings)
+        assert [f"chunk-{row}" for row in batch.selected_rows(0)] == selected
