@@ -33,6 +33,7 @@ from scar_core.tokens import TokenCounter
 from scar_langchain._pool import QueryPool, steps_of
 
 __all__ = [
+    "EMBEDDED_PREFETCH_HOPS",
     "EXTEND_HOPS",
     "PREFETCH_HOPS",
     "BudgetRun",
@@ -43,13 +44,15 @@ __all__ = [
 
 #: Rings of neighbours fetched around every retrieved chunk before the first selection.
 PREFETCH_HOPS = 3
+#: The same when chunk vectors are computed, not read: every prefetched chunk costs an embedding.
+EMBEDDED_PREFETCH_HOPS = 2
 #: Predicted rings fetched beyond each chunk a selection attempt reached but the pool lacked.
 EXTEND_HOPS = 2
 
 
-def prefetch_hops(settings: BudgetSettings) -> int:
-    """Rings to prefetch around every retrieved chunk: :data:`PREFETCH_HOPS`, or the window."""
-    return PREFETCH_HOPS if settings.window is None else min(settings.window, PREFETCH_HOPS)
+def prefetch_hops(settings: BudgetSettings, most: int = PREFETCH_HOPS) -> int:
+    """Rings to prefetch around every retrieved chunk: ``most``, or fewer when the window is."""
+    return most if settings.window is None else min(settings.window, most)
 
 
 def _settled(pool: QueryPool, chunk_id: str) -> bool:
@@ -154,6 +157,9 @@ class BudgetRun:
         pool: The query's pool, holding the retrieved chunks (best first) as its seeds.
         settings: The budget; ``settings.window`` also limits the prefetch.
         token_counts: Token counts, required when ``settings.max_tokens`` is set.
+        most_hops: The deepest prefetch; :data:`EMBEDDED_PREFETCH_HOPS` when every fetched
+            chunk must be embedded, so that the prefetch does not buy round trips with
+            embedding calls.
     """
 
     def __init__(
@@ -161,11 +167,13 @@ class BudgetRun:
         pool: QueryPool,
         settings: BudgetSettings,
         token_counts: Mapping[str, int] | None = None,
+        *,
+        most_hops: int = PREFETCH_HOPS,
     ) -> None:
         self.pool = pool
         self.settings = settings
         self.token_counts = token_counts
-        self.hops = prefetch_hops(settings)
+        self.hops = prefetch_hops(settings, most_hops)
         # Beyond a fixed window the walk never goes, so predicting past a miss would be waste.
         self.extend_hops = EXTEND_HOPS if settings.window is None else 0
         self._steps = steps_of(settings.direction)

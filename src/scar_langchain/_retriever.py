@@ -48,7 +48,12 @@ from scar_core.settings import (
     validate_window,
 )
 from scar_core.tokens import TokenCounter, tiktoken_counter
-from scar_langchain._budget import BudgetRun, PoolTokenCounts
+from scar_langchain._budget import (
+    EMBEDDED_PREFETCH_HOPS,
+    PREFETCH_HOPS,
+    BudgetRun,
+    PoolTokenCounts,
+)
 from scar_langchain._links import DEFAULT_KEYS, ChunkMetadataKeys
 from scar_langchain._metadata import chunk_record, decision_record
 from scar_langchain._neighbors import (
@@ -60,7 +65,11 @@ from scar_langchain._neighbors import (
     VectorStoreNeighbors,
 )
 from scar_langchain._pool import QueryPool
-from scar_langchain._vectors import NeighborVectorSource, default_vector_source
+from scar_langchain._vectors import (
+    NeighborVectorSource,
+    computes_vectors,
+    default_vector_source,
+)
 
 __all__ = ["SCARRetriever"]
 
@@ -651,7 +660,8 @@ class SCARRetriever(BaseRetriever):
         token_counts = None
         if request.settings.max_tokens is not None:
             token_counts = PoolTokenCounts(pool, self._token_counter())
-        return BudgetRun(pool, request.settings, token_counts)
+        most_hops = EMBEDDED_PREFETCH_HOPS if computes_vectors(self._vectors) else PREFETCH_HOPS
+        return BudgetRun(pool, request.settings, token_counts, most_hops=most_hops)
 
     def _output(self, selection: _Selection, pool: QueryPool, mode: Mode) -> list[Document]:
         if selection.result is None:

@@ -220,6 +220,13 @@ class FallbackVectors:
         return found
 
 
+def computes_vectors(source: NeighborVectorSource) -> bool:
+    """Whether ``source`` embeds every chunk it is asked about (no stored vectors to read)."""
+    if isinstance(source, FallbackVectors):
+        return computes_vectors(source.primary)
+    return isinstance(source, EmbeddingVectors)
+
+
 def is_faiss_like(vectorstore: object) -> bool:
     """Whether ``vectorstore`` follows the FAISS store contract (``index`` + id mapping)."""
     index = getattr(vectorstore, "index", None)

@@ -19,7 +19,7 @@ from lc_fakes import HashingEmbeddings, TableEmbeddings, chain_documents
 from scar_core import expand
 from scar_core.budget import DEFAULT_CONTINUITY_BONUS, BudgetSettings, select_within_budget
 from scar_core.errors import InvalidSettingsError, NeighborFetchError
-from scar_langchain import SCARRetriever, link_chunks
+from scar_langchain import EmbeddingVectors, SCARRetriever, link_chunks
 
 
 class CountingStore(InMemoryVectorStore):
@@ -398,6 +398,22 @@ def test_a_window_limits_growth_and_the_prefetch(
     # With one hit and no competitor, slots go to neighbours while any is in reach.
     assert passage.page_content.split()[-1] == f"p{10 + window}"
     assert len(store.lookups) == lookups
+
+
+# The first lookup holds ring 1 (from the hit's links) and the predicted further rings: three
+# rings when vectors are read from the store, two when every fetched chunk must be embedded.
+@pytest.mark.parametrize(("embedded", "first_batch"), [(False, range(7, 14)), (True, range(8, 13))])
+def test_the_prefetch_is_shallower_when_chunk_vectors_are_embedded(
+    embedded: bool, first_batch: range
+) -> None:
+    table, texts = _long_document()
+    store, chunks = _linked_store(table, {"doc": texts})
+    options: dict[str, Any] = {}
+    if embedded:
+        options["vector_source"] = EmbeddingVectors(TableEmbeddings(table))
+    SCARRetriever(vectorstore=store, k=1, budget=10, fetch_k=1, **options).invoke("q")
+    expected = {chunks[i].id for i in first_batch} - {chunks[10].id}
+    assert set(store.lookups[0]) == expected
 
 
 def _topic_store() -> CountingStore:
