@@ -347,13 +347,19 @@ class PGVectorChunks:
         layout = self._layout
         assert layout is not None
         embedding = f'"{table.embedding_column}"'
-        distance = f"{embedding} {_DISTANCE_OPERATORS[table.distance]} CAST(:query AS {layout.vector_type})"
-        columns = [f'"{table.id_column}"', f"{layout.vector_type}_send({embedding})"]
-        columns.extend(self._document_columns())
-        columns.append(f"{distance} AS scar_distance")
+        operator = _DISTANCE_OPERATORS[table.distance]
+        distance = f"{embedding} {operator} CAST(:query AS {layout.vector_type})"
+        stored = [c for c in self._document_columns() if c != "NULL"]
+        inner = [f'"{table.id_column}"', embedding, *stored, f"{distance} AS scar_distance"]
+        outer = [f'hits."{table.id_column}"', f"{layout.vector_type}_send(hits.{embedding})"]
+        outer.extend(c if c == "NULL" else f"hits.{c}" for c in self._document_columns())
+        outer.append("hits.scar_distance")
+        # The binary form is made for the k hits only: in the select list of the scan itself,
+        # an exact search (no index) would make it for every row before keeping k.
         statement = (
-            f"SELECT {', '.join(columns)} FROM {table.qualified_name} "  # noqa: S608 - identifiers checked and quoted
-            f"ORDER BY {distance} LIMIT :k"
+            f"SELECT {', '.join(outer)} FROM ("  # noqa: S608 - identifiers checked and quoted
+            f"SELECT {', '.join(inner)} FROM {table.qualified_name} "
+            f"ORDER BY {distance} LIMIT :k) AS hits ORDER BY hits.scar_distance"
         )
         self._search_statement = text(statement)
         return self._search_statement
