@@ -311,24 +311,31 @@ def flaky_lc_retriever(mode: str, on_error: str) -> tuple[SCARRetriever, FlakySt
     return retriever, store
 
 
+#: Neighbour fetches that succeed before the store fails: plain mode reads window 2 ring by ring,
+#: so it fails on its second hop; budget mode reads both rings of link_chunks' (predictable) ids
+#: in one batch, so it fails on that one.
+HEALTHY_FETCHES = {"plain": 1, "budget": 0}
+
+
 @pytest.mark.parametrize("on_error", ["raise", "return_seeds"])
 @pytest.mark.parametrize("mode", ["plain", "budget"])
 @pytest.mark.parametrize("use_async", [False, True])
-async def test_a_store_failing_on_the_second_hop_in_langchain(
+async def test_a_store_failing_mid_expansion_in_langchain(
     use_async: bool, mode: str, on_error: str
 ) -> None:
     retriever, store = flaky_lc_retriever(mode, on_error)
+    store.healthy = HEALTHY_FETCHES[mode]
     call = retriever.ainvoke(QUERY) if use_async else _awaitable(retriever.invoke, QUERY)
     if on_error == "raise":
         with pytest.raises(NeighborFetchError) as raised:
             await call
         assert isinstance(raised.value.__cause__, ConnectionError)
         assert "hunter2" not in str(raised.value)
-        assert store.fetches == 2
+        assert store.fetches == store.healthy + 1
         return
     with recorded_logs("scar_langchain") as logs:
         documents = await call
-    assert store.fetches == 2
+    assert store.fetches == store.healthy + 1
     assert documents
     assert all(d.metadata["scar_expanded"] is False for d in documents)
     assert all(d.metadata["scar_error"] == "NeighborFetchError" for d in documents)
