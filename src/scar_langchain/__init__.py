@@ -27,6 +27,8 @@ from scar_langchain._neighbors import (
     DocstoreNeighbors,
     FetchedChunks,
     NeighborSource,
+    SearchHits,
+    VectorSearchSource,
     VectorStoreNeighbors,
 )
 from scar_langchain._retriever import SCARRetriever
@@ -57,6 +59,8 @@ __all__ = [
     "PGVectorTable",
     "SCARRetriever",
     "ScarEmbeddings",
+    "SearchHits",
+    "VectorSearchSource",
     "VectorStoreNeighbors",
     "default_vector_source",
     "link_chunks",

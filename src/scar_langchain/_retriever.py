@@ -134,6 +134,10 @@ class SCARRetriever(BaseRetriever):
         embeddings: Embeddings
             Embeds the query (and chunks whose vectors the store does not hold); defaults to
             the store's own. Wrap it in ``CacheBackedEmbeddings`` so each chunk is embedded once.
+        search_source: VectorSearchSource
+            On pgvector, a :class:`~scar_langchain.PGVectorChunks` over the store's table: the
+            search then returns the hits' vectors (binary, exact) and every neighbour batch is
+            one statement. Same results as the store's own search path, with fewer round trips.
 
     Key init args — budget mode (the default):
         budget: int | None

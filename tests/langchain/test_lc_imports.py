@@ -17,6 +17,8 @@ EXPECTED_ALL = [
     "PGVectorTable",
     "SCARRetriever",
     "ScarEmbeddings",
+    "SearchHits",
+    "VectorSearchSource",
     "VectorStoreNeighbors",
     "default_vector_source",
     "link_chunks",
