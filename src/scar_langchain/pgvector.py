@@ -17,6 +17,7 @@ Neither imports ``langchain_postgres`` or ``sqlalchemy`` until it is built, so
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import uuid
@@ -49,6 +50,9 @@ _Rows = tuple[dict[str, Document], dict[str, FloatVector]]
 Distance = Literal["cosine", "euclidean", "inner_product"]
 #: pgvector's ordering operator for each distance strategy.
 _DISTANCE_OPERATORS: dict[str, str] = {"cosine": "<=>", "euclidean": "<->", "inner_product": "<#>"}
+
+#: A UUID as PostgreSQL prints it (lower case, hyphenated).
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 #: pgvector's binary vector: int16 dimension, int16 unused, then big-endian float32 values.
 _BINARY_HEADER_BYTES = 4
@@ -323,7 +327,11 @@ class PGVectorChunks:
         table = self.table
         layout = self._layout
         assert layout is not None
-        columns = [f'"{table.id_column}"', f'{layout.vector_type}_send("{table.embedding_column}")']
+        # Ids come back as text: the driver would otherwise build a UUID object per row.
+        columns = [
+            f'"{table.id_column}"::text',
+            f'{layout.vector_type}_send("{table.embedding_column}")',
+        ]
         if with_documents:
             columns.extend(self._document_columns())
         statement = (
@@ -351,7 +359,7 @@ class PGVectorChunks:
         distance = f"{embedding} {operator} CAST(:query AS {layout.vector_type})"
         stored = [c for c in self._document_columns() if c != "NULL"]
         inner = [f'"{table.id_column}"', embedding, *stored, f"{distance} AS scar_distance"]
-        outer = [f'hits."{table.id_column}"', f"{layout.vector_type}_send(hits.{embedding})"]
+        outer = [f'hits."{table.id_column}"::text', f"{layout.vector_type}_send(hits.{embedding})"]
         outer.extend(c if c == "NULL" else f"hits.{c}" for c in self._document_columns())
         outer.append("hits.scar_distance")
         # The binary form is made for the k hits only: in the select list of the scan itself,
@@ -405,6 +413,9 @@ class PGVectorChunks:
             if not isinstance(chunk_id, str):
                 continue
             if layout.ids_are_uuids:
+                if _CANONICAL_UUID.fullmatch(chunk_id):  # as the database prints it
+                    requested.setdefault(chunk_id, chunk_id)
+                    continue
                 try:
                     requested.setdefault(str(uuid.UUID(chunk_id)), chunk_id)
                 except ValueError:
