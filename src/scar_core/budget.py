@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scar_core.errors import InvalidSettingsError, InvalidVectorError, MissingVectorError
-from scar_core.graph import LinkLookup, NeighborGraph, Step
+from scar_core.graph import LinkLookup, NeighborGraph, Step, steps_for
 from scar_core.policy import (
     Decision,
     ExpansionResult,
@@ -46,7 +46,7 @@ from scar_core.policy import (
     unit_vector_or_problem,
 )
 from scar_core.scoring import as_unit_vector
-from scar_core.settings import DEFAULT_LAMBDA, Direction, validate_lambda
+from scar_core.settings import DEFAULT_LAMBDA, Direction, validate_direction, validate_lambda
 from scar_core.vectors import VectorSource, lookup_vectors
 
 __all__ = [
@@ -64,12 +64,6 @@ DEFAULT_CONTINUITY_BONUS = 0.2
 DEFAULT_BUDGET = 10
 #: The adapters' shipped number of retrieved chunks that are always kept.
 DEFAULT_SEEDS = 3
-
-_DIRECTIONS: dict[str, tuple[Step, ...]] = {
-    "both": ("previous", "next"),
-    "previous": ("previous",),
-    "next": ("next",),
-}
 
 
 @dataclass(frozen=True)
@@ -119,10 +113,7 @@ class BudgetSettings:
         validate_lambda(self.lambda_)
         if self.window is not None:
             _check_positive_int("window", self.window)
-        if self.direction not in _DIRECTIONS:
-            raise InvalidSettingsError(
-                f"direction={self.direction!r} is not valid; use one of both, previous, next."
-            )
+        validate_direction(self.direction)
         if self.max_tokens is not None:
             _check_positive_int("max_tokens", self.max_tokens)
 
@@ -199,7 +190,7 @@ def select_within_budget(
         raise InvalidVectorError("the query vector is zero; check that the query is not empty.")
     query_unit = as_unit_vector(query_vector)
     graph = neighbors if isinstance(neighbors, LinkLookup) else NeighborGraph(neighbors)
-    steps = _DIRECTIONS[settings.direction]
+    steps = steps_for(settings.direction)
     ranked = list(dict.fromkeys(ranked_ids))
     dimension = query_unit.shape[0]
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from scar_core.errors import LinkError
+from scar_core.settings import Direction
 
 __all__ = [
     "CHUNK_ID_NAMESPACE",
@@ -25,11 +26,22 @@ __all__ = [
     "Step",
     "chunk_id_for",
     "link_sequence",
+    "steps_for",
 ]
 
 logger = logging.getLogger(__name__)
 
 Step = Literal["previous", "next"]
+
+
+def steps_for(direction: Direction) -> tuple[Step, ...]:
+    """The walk directions a ``direction`` setting allows: ``"both"`` walks previous, then next."""
+    if direction == "previous":
+        return ("previous",)
+    if direction == "next":
+        return ("next",)
+    return ("previous", "next")
+
 
 #: Namespace of the UUID-5 chunk ids made by :func:`chunk_id_for`.
 CHUNK_ID_NAMESPACE = uuid.UUID("6f1c4c1e-5d0a-4d8e-9a57-2f0b1c7e9a11")

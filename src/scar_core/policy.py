@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scar_core.errors import InvalidVectorError, MissingVectorError
-from scar_core.graph import NeighborGraph, Step
+from scar_core.graph import NeighborGraph, Step, steps_for
 from scar_core.scoring import SAFE_NORM_HIGH, SAFE_NORM_LOW, as_unit_vector, unit_rows
 from scar_core.settings import (
     DEFAULT_GAMMA,
@@ -299,14 +299,6 @@ def expand_batch(
 # Implementation
 
 
-def _steps_for(direction: Direction) -> tuple[Step, ...]:
-    if direction == "previous":
-        return ("previous",)
-    if direction == "next":
-        return ("next",)
-    return ("previous", "next")
-
-
 def _dedupe(ids: Sequence[str]) -> list[str]:
     seen: set[str] = set()
     unique: list[str] = []
@@ -422,7 +414,7 @@ def _expand_batch(
             "pass one seed list per query."
         )
     dimension = query_units.shape[1]
-    steps = _steps_for(settings.direction)
+    steps = steps_for(settings.direction)
 
     # 1. Plan every walk from the graph alone, and collect every id that needs a vector.
     plans: list[tuple[list[str], dict[str, list[_Walk]]]] = []

@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scar_core.errors import InvalidVectorError, LinkError
-from scar_core.graph import Step
+from scar_core.graph import Step, steps_for
 from scar_core.policy import (
     Decision,
     ExpansionResult,
@@ -253,9 +253,7 @@ def expand_batch_arrays(
     matrix = _check_vectors(vectors, query_rows.dimension)
     seed_rows = _check_seeds(seeds, query_rows.count, matrix.shape[0])
     link_rows = _check_links(links, matrix.shape[0])
-    steps: tuple[Step, ...] = (
-        ("previous", "next") if settings.direction == "both" else (settings.direction,)
-    )
+    steps = steps_for(settings.direction)
     path = _walk_paths(seed_rows, link_rows, steps, settings.window)
     context = _Context.create(query_rows, matrix, settings)
     first = _measure_steps(context, np.arange(query_rows.count), seed_rows, path[..., 0])

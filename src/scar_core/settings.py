@@ -54,10 +54,7 @@ class ScarSettings:
         object.__setattr__(self, "lambda_", float(self.lambda_))
         object.__setattr__(self, "gamma", float(self.gamma))
         object.__setattr__(self, "window", int(self.window))
-        if self.direction not in _DIRECTIONS:
-            raise InvalidSettingsError(
-                f"direction={self.direction!r} is not valid; use one of {', '.join(_DIRECTIONS)}."
-            )
+        validate_direction(self.direction)
 
     @classmethod
     def paper(cls, window: int = 1) -> ScarSettings:
@@ -98,6 +95,14 @@ def validate_window(window: int) -> None:
         raise InvalidSettingsError(
             f"window={window!r} is not valid; it must be an integer >= 1 "
             "(1 considers the adjacent chunks, 2 also the chunks two steps away)."
+        )
+
+
+def validate_direction(direction: object) -> None:
+    """Raise :class:`InvalidSettingsError` unless ``direction`` is both, previous or next."""
+    if direction not in _DIRECTIONS:
+        raise InvalidSettingsError(
+            f"direction={direction!r} is not valid; use one of {', '.join(_DIRECTIONS)}."
         )
 
 

@@ -27,10 +27,10 @@ import numpy as np
 import numpy.typing as npt
 
 from scar_core.budget import BudgetSettings, select_within_budget
-from scar_core.graph import NeighborGraph, Step
+from scar_core.graph import NeighborGraph, Step, steps_for
 from scar_core.policy import ExpansionResult
 from scar_core.tokens import TokenCounter
-from scar_langchain._pool import QueryPool, steps_of
+from scar_langchain._pool import QueryPool
 
 __all__ = [
     "EMBEDDED_PREFETCH_HOPS",
@@ -176,7 +176,7 @@ class BudgetRun:
         self.hops = prefetch_hops(settings, most_hops)
         # Beyond a fixed window the walk never goes, so predicting past a miss would be waste.
         self.extend_hops = EXTEND_HOPS if settings.window is None else 0
-        self._steps = steps_of(settings.direction)
+        self._steps = steps_for(settings.direction)
         self._hops_done = 0
         self.attempts = 0
         self.result: ExpansionResult | None = None

@@ -15,12 +15,12 @@ import numpy.typing as npt
 from langchain_core.documents import Document
 
 from scar_core.assembly import ChunkRecord
-from scar_core.graph import NeighborGraph, Step, chunk_id_for
+from scar_core.graph import NeighborGraph, Step, chunk_id_for, steps_for
 from scar_core.settings import Direction
 from scar_langchain._links import DEFAULT_KEYS, ChunkLinks, ChunkMetadataKeys, read_links
 from scar_langchain._neighbors import FetchedChunks, SearchHits
 
-__all__ = ["QueryPool", "steps_of", "unidentified_id"]
+__all__ = ["QueryPool", "unidentified_id"]
 
 FloatVector = npt.NDArray[np.float64]
 
@@ -32,15 +32,6 @@ def unidentified_id(document: Document) -> str:
     """A stable stand-in id for a retrieved chunk that carries none (it gets no neighbours)."""
     digest = hashlib.sha256(document.page_content.encode("utf-8")).hexdigest()[:32]
     return f"{UNIDENTIFIED_PREFIX}{digest}"
-
-
-def steps_of(direction: Direction) -> tuple[Step, ...]:
-    """The walk directions a ``direction`` setting allows."""
-    if direction == "previous":
-        return ("previous",)
-    if direction == "next":
-        return ("next",)
-    return ("previous", "next")
 
 
 @dataclass
@@ -121,7 +112,7 @@ class QueryPool:
         graph = self.links()
         wanted: dict[str, None] = {}
         for seed in self.seeds:
-            for step in steps_of(direction):
+            for step in steps_for(direction):
                 for chunk_id in graph.walk(seed, step, steps):
                     if chunk_id not in self.documents and chunk_id not in self.requested:
                         wanted[chunk_id] = None

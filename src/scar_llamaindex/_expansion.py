@@ -12,21 +12,13 @@ from collections.abc import Sequence
 import numpy.typing as npt
 from llama_index.core.schema import BaseNode, NodeWithScore
 
-from scar_core.graph import NeighborGraph, Step
+from scar_core.graph import NeighborGraph, Step, steps_for
 from scar_core.policy import ExpansionResult, ScarPolicy
 from scar_core.settings import ScarSettings
 from scar_llamaindex._links import NodeLinks
 from scar_llamaindex.sources import FetchedNodes, stored_embedding
 
 logger = logging.getLogger(__name__)
-
-
-def _steps_for(settings: ScarSettings) -> tuple[Step, ...]:
-    if settings.direction == "previous":
-        return ("previous",)
-    if settings.direction == "next":
-        return ("next",)
-    return ("previous", "next")
 
 
 class ExpansionRun:
@@ -54,7 +46,7 @@ class ExpansionRun:
             self._know(node_id, scored_node.node)
         self.unavailable: set[str] = set()
         self._frontier: list[tuple[str, Step]] = [
-            (node_id, step) for node_id in self.seeds for step in _steps_for(settings)
+            (node_id, step) for node_id in self.seeds for step in steps_for(settings.direction)
         ]
         self._targets: dict[tuple[str, Step], str] = {}
         self._hops_done = 0
