@@ -27,6 +27,7 @@ they entered the race after the last slot was taken, as skipped with reason ``"o
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -56,6 +57,7 @@ __all__ = [
     "BudgetSettings",
     "default_budget_settings",
     "select_within_budget",
+    "validate_continuity_bonus",
 ]
 
 #: Continuity bonus measured best for all-MiniLM-L6-v2 on the dev sets (see the README).
@@ -125,6 +127,27 @@ def default_budget_settings() -> BudgetSettings:
         continuity_bonus=DEFAULT_CONTINUITY_BONUS,
         min_seeds=DEFAULT_SEEDS,
     )
+
+
+def validate_continuity_bonus(value: object) -> float:
+    """Return a continuity bonus an adapter was given as a float, or raise.
+
+    Any real number type (numpy scalars included, booleans not) that is finite and ``>= 0``.
+
+    Raises:
+        InvalidSettingsError: Naming the value and the valid range.
+    """
+    if (
+        not isinstance(value, numbers.Real)
+        or isinstance(value, (bool, np.bool_))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise InvalidSettingsError(
+            f"continuity_bonus={value!r} is not valid; it must be a finite number >= 0 "
+            "(0.2 for all-MiniLM-L6-v2; `scar calibrate` estimates it for your model)."
+        )
+    return float(value)
 
 
 def _check_positive_int(name: str, value: object) -> None:

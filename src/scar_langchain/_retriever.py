@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,6 +26,7 @@ from scar_core.budget import (
     DEFAULT_CONTINUITY_BONUS,
     DEFAULT_SEEDS,
     BudgetSettings,
+    validate_continuity_bonus,
 )
 from scar_core.embedders.base import check_query_text
 from scar_core.errors import (
@@ -921,7 +920,7 @@ def _request_for(
                 f"max_tokens={max_tokens} is smaller than k={k}; the budget must leave at least "
                 "one token per seed (seeds are never dropped)."
             )
-    bonus = _validated_bonus(continuity_bonus)
+    bonus = validate_continuity_bonus(continuity_bonus)
     if budget is None:
         first = seeds * 2 if fetch_k is None else int(fetch_k)
         return _PlainRequest(k=seeds, first_pool=max(first, seeds), settings=plain)
@@ -942,20 +941,6 @@ def _request_for(
     )
     candidates = int(budget) if fetch_k is None else int(fetch_k)
     return _BudgetRequest(candidates=max(candidates, seeds), settings=settings)
-
-
-def _validated_bonus(value: object) -> float:
-    if (
-        not isinstance(value, numbers.Real)
-        or isinstance(value, (bool, np.bool_))
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise InvalidSettingsError(
-            f"continuity_bonus={value!r} is not valid; it must be a finite number >= 0 "
-            "(0.2 for all-MiniLM-L6-v2; `scar calibrate` estimates it for your model)."
-        )
-    return float(value)
 
 
 def _check_settings(data: Mapping[str, Any]) -> None:

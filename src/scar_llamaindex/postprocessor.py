@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
-import numbers
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -26,6 +24,7 @@ from scar_core.budget import (
     DEFAULT_CONTINUITY_BONUS,
     DEFAULT_SEEDS,
     BudgetSettings,
+    validate_continuity_bonus,
 )
 from scar_core.errors import (
     EmbeddingError,
@@ -835,17 +834,7 @@ def _validate_rule(
         direction=direction,
     )
     validate_k(k, "k")
-    bonus = continuity_bonus
-    if (
-        not isinstance(bonus, numbers.Real)
-        or isinstance(bonus, (bool, np.bool_))
-        or not math.isfinite(bonus)
-        or bonus < 0
-    ):
-        raise InvalidSettingsError(
-            f"continuity_bonus={bonus!r} is not valid; it must be a finite number >= 0 "
-            "(0.2 for all-MiniLM-L6-v2; `scar calibrate` estimates it for your model)."
-        )
+    validate_continuity_bonus(continuity_bonus)
     if budget is None:
         return
     validate_k(budget, "budget")
