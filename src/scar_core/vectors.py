@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -36,8 +36,8 @@ def lookup_vectors(source: VectorSource, chunk_ids: Sequence[str]) -> dict[str, 
     get_vectors = getattr(source, "get_vectors", None)
     if callable(get_vectors):
         return dict(get_vectors(chunk_ids))
-    assert isinstance(source, Mapping)
-    return {chunk_id: source[chunk_id] for chunk_id in chunk_ids if chunk_id in source}
+    table = cast(Mapping[str, npt.ArrayLike], source)
+    return {chunk_id: table[chunk_id] for chunk_id in chunk_ids if chunk_id in table}
 
 
 class InMemoryVectors:

@@ -62,12 +62,12 @@ class QueryPool:
     _graph: NeighborGraph | None = field(default=None, init=False, repr=False)
     _named_by_position: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
 
-    def _remember(self, chunk_id: str, document: Document) -> None:
+    def _remember(self, chunk_id: str, document: Document, links: ChunkLinks | None = None) -> None:
         """Keep a chunk and its links (read from metadata once, not on every lookup)."""
         if chunk_id in self.documents:
             return
         self.documents[chunk_id] = document
-        self.chunk_links[chunk_id] = read_links(document, self.keys)
+        self.chunk_links[chunk_id] = links or read_links(document, self.keys)
         self._graph = None
 
     def add_seeds(self, found: Sequence[Document], size: int) -> None:
@@ -75,11 +75,12 @@ class QueryPool:
         previous = set(self.seeds)
         seeds: dict[str, None] = {}
         for document in found:
-            chunk_id = read_links(document, self.keys).chunk_id or unidentified_id(document)
+            links = read_links(document, self.keys)
+            chunk_id = links.chunk_id or unidentified_id(document)
             if chunk_id in seeds:
                 continue
             seeds[chunk_id] = None
-            self._remember(chunk_id, document)
+            self._remember(chunk_id, document, links)
         self.seeds = list(seeds)
         self.exhausted = len(found) < size or not (set(self.seeds) - previous)
 

@@ -357,10 +357,11 @@ class PGVectorChunks:
         embedding = f'"{table.embedding_column}"'
         operator = _DISTANCE_OPERATORS[table.distance]
         distance = f"{embedding} {operator} CAST(:query AS {layout.vector_type})"
-        stored = [c for c in self._document_columns() if c != "NULL"]
+        document_columns = self._document_columns()
+        stored = [c for c in document_columns if c != "NULL"]
         inner = [f'"{table.id_column}"', embedding, *stored, f"{distance} AS scar_distance"]
         outer = [f'hits."{table.id_column}"::text', f"{layout.vector_type}_send(hits.{embedding})"]
-        outer.extend(c if c == "NULL" else f"hits.{c}" for c in self._document_columns())
+        outer.extend(c if c == "NULL" else f"hits.{c}" for c in document_columns)
         outer.append("hits.scar_distance")
         # The binary form is made for the k hits only: in the select list of the scan itself,
         # an exact search (no index) would make it for every row before keeping k.
