@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bench_langchain import CorpusEmbeddings
 from bench_postgres import copy_rows, create_hnsw_index, drop_hnsw_indexes, pgvector_server
 from bench_support import (
     Corpus,
@@ -47,28 +48,10 @@ from bench_support import (
     write_result,
 )
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore
 from psycopg.types.json import Json
 
 from scar_langchain import PGVectorChunks, PGVectorTable, SCARRetriever
-
-
-class PrecomputedEmbeddings(Embeddings):
-    """Returns stored vectors by text, at once: query embedding costs nothing on either side."""
-
-    def __init__(self, corpus: Corpus, queries: dict[str, list[float]]) -> None:
-        self.rows = {corpus.text(row): row for row in range(corpus.size)}
-        self.vectors = corpus.vectors
-        self.queries = queries
-        self.documents_embedded = 0
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        self.documents_embedded += len(texts)
-        return [self.vectors[self.rows[text]] for text in texts]  # type: ignore[misc]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.queries[text]
 
 
 def documents_of(corpus: Corpus) -> list[Document]:
@@ -135,7 +118,7 @@ def statements_per_query(
 def langchain_rows(
     label: str,
     medians: dict[str, float],
-    embeddings: PrecomputedEmbeddings,
+    embeddings: CorpusEmbeddings,
     statements: dict[str, float] | None = None,
 ) -> list[list[object]]:
     pairs = [
@@ -158,7 +141,7 @@ def langchain_rows(
                     f"{statements[plain]:.1f} / {statements[scar]:.1f}" if statements else "-",
                 ]
             )
-    assert embeddings.documents_embedded == 0, "SCAR embedded chunks at query time"
+    assert embeddings.texts_embedded == 0, "SCAR embedded chunks at query time"
     return rows
 
 
@@ -336,7 +319,7 @@ def main() -> None:
                     text: vector.tolist()
                     for text, vector in zip(query_texts, query_vectors, strict=True)
                 }
-                embeddings = PrecomputedEmbeddings(corpus, queries)
+                embeddings = CorpusEmbeddings(corpus, queries, rows_as_lists=False)
                 label = f"{size // 1000}k, d={dimension}"
                 indexes = ["exact"] + (["hnsw"] if f"{size}:{dimension}" in args.hnsw else [])
                 print(f"{label}: {rounds} rounds", flush=True)
@@ -344,7 +327,7 @@ def main() -> None:
                 if "memory" in args.backends and not args.only_llamaindex:
                     store = InMemoryVectorStore(embeddings)
                     store.add_documents(documents_of(corpus), ids=corpus.chunk_ids())
-                    embeddings.documents_embedded = 0
+                    embeddings.texts_embedded = 0
                     medians = interleaved_medians(
                         langchain_contenders(store, query_texts, None), rounds
                     )

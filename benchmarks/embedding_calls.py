@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bench_langchain import CorpusEmbeddings
 from bench_postgres import copy_rows, pgvector_server
 from bench_support import (
     Corpus,
@@ -37,23 +38,6 @@ from psycopg.types.json import Json
 from scar_langchain import EmbeddingVectors, PGVectorChunks, PGVectorTable, SCARRetriever
 
 QUERIES = 20
-
-
-class CountingEmbeddings(Embeddings):
-    """Returns the corpus's vectors by text and counts every chunk text embedded."""
-
-    def __init__(self, corpus: Corpus, queries: dict[str, list[float]]) -> None:
-        self.rows = {corpus.text(row): row for row in range(corpus.size)}
-        self.vectors = corpus.vectors
-        self.queries = queries
-        self.texts_embedded = 0
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        self.texts_embedded += len(texts)
-        return [self.vectors[self.rows[text]].tolist() for text in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.queries[text]
 
 
 def per_query(
@@ -88,16 +72,16 @@ def langchain_rows(corpus: Corpus, server: Any) -> list[list[object]]:
     rows: list[list[object]] = []
 
     def add(
-        source: str, build: Callable[[CountingEmbeddings, dict[str, Any]], SCARRetriever]
+        source: str, build: Callable[[CorpusEmbeddings, dict[str, Any]], SCARRetriever]
     ) -> None:
         for mode, options in (("budget=10", {}), ("plain", {"budget": None, "k": 4})):
-            model = CountingEmbeddings(corpus, queries)
+            model = CorpusEmbeddings(corpus, queries)
             retriever = build(model, options)
             model.texts_embedded = 0
             cold, warm = per_query(model, retriever.invoke, texts)
             rows.append(["LangChain", source, mode, f"{cold:.1f}", f"{warm:.1f}"])
 
-    def memory_store(model: CountingEmbeddings) -> InMemoryVectorStore:
+    def memory_store(model: CorpusEmbeddings) -> InMemoryVectorStore:
         store = InMemoryVectorStore(model)
         store.add_documents(documents, ids=corpus.chunk_ids())
         return store
@@ -109,7 +93,7 @@ def langchain_rows(corpus: Corpus, server: Any) -> list[list[object]]:
 
     from langchain_community.vectorstores import FAISS
 
-    def faiss_store(model: CountingEmbeddings) -> Any:
+    def faiss_store(model: CorpusEmbeddings) -> Any:
         return FAISS.from_documents(documents, model, ids=corpus.chunk_ids())
 
     add("store: FAISS (default)", lambda m, o: SCARRetriever(vectorstore=faiss_store(m), **o))
@@ -156,7 +140,7 @@ def langchain_rows(corpus: Corpus, server: Any) -> list[list[object]]:
     )
 
     def docstore_setup(
-        model: CountingEmbeddings, vectors: Embeddings, options: dict[str, Any]
+        model: CorpusEmbeddings, vectors: Embeddings, options: dict[str, Any]
     ) -> SCARRetriever:
         """Seeds from a retriever that exposes no vectors; chunks from a docstore."""
         docstore = InMemoryStore()
