@@ -89,29 +89,40 @@ def langchain_contenders(
     }
 
 
-def statements_per_query(
-    engines: list[Any], contenders: dict[str, Callable[[int], object]]
-) -> dict[str, float]:
-    """SQL statements each contender sends per query, over five queries (a measurement aid: it listens on the
-    stores' SQLAlchemy engines, ``PGEngine._pool`` included)."""
-    import sqlalchemy
+def statements_per_query(contenders: dict[str, Callable[[int], object]]) -> dict[str, float]:
+    """SQL statements each contender sends per query, over five queries.
 
-    sent: list[str] = []
+    A measurement aid: while it runs, psycopg's sync and async cursors count what they execute,
+    so statements sent through SQLAlchemy (the stores, ``PGEngine``'s pool) and on a pooled
+    driver connection (SCAR's pgvector sources) are counted alike.
+    """
+    import psycopg
 
-    def count(*arguments: Any) -> None:
-        sent.append(arguments[2])
+    sent: list[object] = []
+    sync_execute = psycopg.Cursor.execute
+    async_execute = psycopg.AsyncCursor.execute
 
-    for engine in engines:
-        sqlalchemy.event.listen(engine, "before_cursor_execute", count)
-    counts = {}
-    for name, run in contenders.items():
-        run(0)
-        sent.clear()
-        for query in range(1, 6):
-            run(query)
-        counts[name] = len(sent) / 5
-    for engine in engines:
-        sqlalchemy.event.remove(engine, "before_cursor_execute", count)
+    def counted_sync(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(query)
+        return sync_execute(cursor, query, *args, **kwargs)
+
+    async def counted_async(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(query)
+        return await async_execute(cursor, query, *args, **kwargs)
+
+    psycopg.Cursor.execute = counted_sync  # type: ignore[method-assign]
+    psycopg.AsyncCursor.execute = counted_async  # type: ignore[method-assign]
+    try:
+        counts = {}
+        for name, run in contenders.items():
+            run(0)
+            sent.clear()
+            for query in range(1, 6):
+                run(query)
+            counts[name] = len(sent) / 5
+    finally:
+        psycopg.Cursor.execute = sync_execute  # type: ignore[method-assign]
+        psycopg.AsyncCursor.execute = async_execute  # type: ignore[method-assign]
     return counts
 
 
@@ -387,9 +398,7 @@ def main() -> None:
                             notes.append(f"HNSW build, LangChain table {label}: {built:.0f}s")
                             print(f"  hnsw built in {built:.1f}s", flush=True)
                         contenders = langchain_contenders(store, query_texts, chunks)
-                        statements = statements_per_query(
-                            [engine._pool.sync_engine, chunks._engine], contenders
-                        )
+                        statements = statements_per_query(contenders)
                         medians = interleaved_medians(contenders, rounds)
                         langchain_table += langchain_rows(
                             f"{label}, pgvector {index_kind}", medians, embeddings, statements
@@ -419,8 +428,7 @@ def main() -> None:
                         if index_kind == "hnsw":
                             create_hnsw_index(server.get_uri(), f"data_{li_table}")
                         contenders = llamaindex_contenders(index, bundles, {})
-                        engines = [li_store.client]
-                        statements = statements_per_query(engines, contenders)
+                        statements = statements_per_query(contenders)
                         medians = interleaved_medians(contenders, rounds)
                         llamaindex_table += llamaindex_rows(
                             f"{label}, pgvector {index_kind}, no node_id index",
@@ -432,7 +440,7 @@ def main() -> None:
                         contenders = llamaindex_contenders(
                             index, bundles, {"+ SCAR budget=10, PGVectorNodeSource": source}
                         )
-                        statements = statements_per_query(engines, contenders)
+                        statements = statements_per_query(contenders)
                         medians = interleaved_medians(contenders, rounds)
                         llamaindex_table += llamaindex_rows(
                             f"{label}, pgvector {index_kind}, node_id index",

@@ -30,6 +30,7 @@ import numpy.typing as npt
 from langchain_core.documents import Document
 
 from scar_core._async_engines import AsyncEnginePerLoop
+from scar_core._sql_reads import SQLReads, decode_pgvector_binary
 from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_langchain._neighbors import FetchedChunks, SearchHits
 
@@ -54,8 +55,7 @@ _DISTANCE_OPERATORS: dict[str, str] = {"cosine": "<=>", "euclidean": "<->", "inn
 #: A UUID as PostgreSQL prints it (lower case, hyphenated).
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
-#: pgvector's binary vector: int16 dimension, int16 unused, then big-endian float32 values.
-_BINARY_HEADER_BYTES = 4
+#: The big-endian element type of pgvector's binary form, by column type.
 _BINARY_DTYPE: dict[str, np.dtype[Any]] = {"vector": np.dtype(">f4"), "halfvec": np.dtype(">f2")}
 
 
@@ -260,7 +260,7 @@ class PGVectorChunks:
             sqlalchemy.create_engine(connection) if isinstance(connection, str) else connection
         )
         # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
-        self._reads = self._engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._reads = SQLReads(self._engine)
         self._async = AsyncEnginePerLoop(
             async_connection if async_connection is not None else self._engine.url,
             driver_hint=(
@@ -394,13 +394,12 @@ class PGVectorChunks:
         # repr() of a float reads back exactly, so the database sees the query as given.
         return {"query": "[" + ",".join(map(repr, values.tolist())) + "]", "k": k}
 
-    def _hits(self, rows: Iterable[Sequence[Any]]) -> SearchHits:
+    def _hits(self, rows: Sequence[Sequence[Any]]) -> SearchHits:
         documents: list[Document] = []
         vectors: dict[str, FloatVector] = {}
-        for row in rows:
+        for row, vector in zip(rows, self._decode(rows), strict=True):
             chunk_id = str(row[0])
             documents.append(self._document(chunk_id, row))
-            vector = self._decode(row[1])
             if vector is not None:
                 vectors[chunk_id] = vector
         return SearchHits(documents, vectors)
@@ -425,18 +424,12 @@ class PGVectorChunks:
             requested.setdefault(chunk_id, chunk_id)
         return requested
 
-    def _decode(self, raw: object) -> FloatVector | None:
+    def _decode(self, rows: Sequence[Sequence[Any]]) -> list[FloatVector | None]:
+        """The vector of each row (its second column, in binary form), or ``None``."""
         layout = self._layout
         assert layout is not None
-        if not isinstance(raw, (bytes, bytearray, memoryview)):
-            return None
-        data = bytes(raw)
-        dtype = _BINARY_DTYPE[layout.vector_type]
-        dimension = int.from_bytes(data[:2], "big")
-        if len(data) != _BINARY_HEADER_BYTES + dimension * dtype.itemsize:
-            return None
-        values = np.frombuffer(data, dtype=dtype, offset=_BINARY_HEADER_BYTES)
-        return np.asarray(values, dtype=np.float64)
+        stored = _BINARY_DTYPE[layout.vector_type]
+        return decode_pgvector_binary([row[1] for row in rows], stored, np.float64)
 
     def _document(self, chunk_id: str, row: Sequence[Any]) -> Document:
         json_metadata = row[3]
@@ -446,15 +439,14 @@ class PGVectorChunks:
         return Document(id=chunk_id, page_content=str(row[2]), metadata=metadata)
 
     def _collect(
-        self, requested: Mapping[str, str], rows: Iterable[Sequence[Any]], with_documents: bool
+        self, requested: Mapping[str, str], rows: Sequence[Sequence[Any]], with_documents: bool
     ) -> _Rows:
         documents: dict[str, Document] = {}
         vectors: dict[str, FloatVector] = {}
-        for row in rows:
+        for row, vector in zip(rows, self._decode(rows), strict=True):
             chunk_id = requested.get(str(row[0]))
             if chunk_id is None:
                 continue
-            vector = self._decode(row[1])
             if vector is not None:
                 vectors[chunk_id] = vector
             if with_documents:
@@ -468,11 +460,10 @@ class PGVectorChunks:
             return
         with self._layout_lock:
             if self._layout is None:
-                with self._reads.connect() as connection:
-                    rows = connection.execute(
-                        self._catalogue_query(),
-                        {"schema": self.table.schema_name, "table": self.table.table_name},
-                    ).all()
+                rows = self._reads.rows(
+                    self._catalogue_query(),
+                    {"schema": self.table.schema_name, "table": self.table.table_name},
+                )
                 self._layout = self._read_layout(rows)
 
     def _run(self, chunk_ids: Sequence[str], with_documents: bool) -> _Rows:
@@ -480,8 +471,7 @@ class PGVectorChunks:
         requested = self._queryable(chunk_ids)
         if not requested:
             return {}, {}
-        with self._reads.connect() as connection:
-            rows = connection.execute(self._select(with_documents), {"ids": list(requested)}).all()
+        rows = self._reads.rows(self._select(with_documents), {"ids": list(requested)})
         return self._collect(requested, rows, with_documents)
 
     def fetch(self, chunk_ids: Sequence[str]) -> FetchedChunks:
@@ -514,9 +504,7 @@ class PGVectorChunks:
         """
         parameters = self._search_parameters(query_vector, k)
         self._ensure_layout()
-        with self._reads.connect() as connection:
-            rows = connection.execute(self._search_select(), parameters).all()
-        return self._hits(rows)
+        return self._hits(self._reads.rows(self._search_select(), parameters))
 
     def close(self) -> None:
         """Dispose of the connection pool this object created (an engine passed in is kept)."""
@@ -528,12 +516,11 @@ class PGVectorChunks:
     async def _aensure_layout(self, engine: AsyncEngine) -> None:
         if self._layout is not None:
             return
-        async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
-            result = await connection.execute(
-                self._catalogue_query(),
-                {"schema": self.table.schema_name, "table": self.table.table_name},
-            )
-            rows = result.all()
+        rows = await self._reads.arows(
+            engine,
+            self._catalogue_query(),
+            {"schema": self.table.schema_name, "table": self.table.table_name},
+        )
         layout = self._read_layout(rows)
         with self._layout_lock:
             if self._layout is None:
@@ -545,11 +532,9 @@ class PGVectorChunks:
         requested = self._queryable(chunk_ids)
         if not requested:
             return {}, {}
-        async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
-            result = await connection.execute(
-                self._select(with_documents), {"ids": list(requested)}
-            )
-            rows = result.all()
+        rows = await self._reads.arows(
+            engine, self._select(with_documents), {"ids": list(requested)}
+        )
         return self._collect(requested, rows, with_documents)
 
     async def afetch(self, chunk_ids: Sequence[str]) -> FetchedChunks:
@@ -566,10 +551,7 @@ class PGVectorChunks:
         parameters = self._search_parameters(query_vector, k)
         engine = self._async.current()
         await self._aensure_layout(engine)
-        async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
-            result = await connection.execute(self._search_select(), parameters)
-            rows = result.all()
-        return self._hits(rows)
+        return self._hits(await self._reads.arows(engine, self._search_select(), parameters))
 
     async def aclose(self) -> None:
         """Dispose of the async pool of the running event loop (if this object created it)."""

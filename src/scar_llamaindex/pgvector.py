@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -29,6 +29,7 @@ from llama_index.core.schema import BaseNode, NodeRelationship, TextNode
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
 from scar_core._async_engines import AsyncEnginePerLoop
+from scar_core._sql_reads import SQLReads, decode_pgvector_binary
 from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_llamaindex.sources import FetchedNodes, FetchedWindow
 
@@ -41,8 +42,6 @@ __all__ = ["PGVectorNodeSource", "create_node_id_index"]
 
 logger = logging.getLogger(__name__)
 
-#: pgvector's binary vector: int16 dimension, int16 unused, then big-endian values.
-_BINARY_HEADER_BYTES = 4
 #: PostgreSQL truncates longer identifiers.
 _MAX_IDENTIFIER_BYTES = 63
 #: Keys of the links followed in the serialised node (``metadata_->>'_node_content'``).
@@ -209,7 +208,9 @@ class PGVectorNodeSource:
         self._table = _Table.of(vector_store)
         self._engine, self._owns_engine = _sync_engine(vector_store, engine)
         # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
-        self._reads = self._engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._reads = SQLReads(self._engine)
+        self._by_id_statement: TextClause | None = None
+        self._window_statement: TextClause | None = None
         self._async = AsyncEnginePerLoop(
             async_engine if async_engine is not None else vector_store.async_connection_string,
             driver_hint=(
@@ -226,14 +227,16 @@ class PGVectorNodeSource:
         return f"PGVectorNodeSource(table={self._table.qualified_name})"
 
     def _select(self) -> TextClause:
-        from sqlalchemy import bindparam, text
+        """Rows by id: ``= ANY(array)`` is one bound value, however many ids are asked for."""
+        from sqlalchemy import text
 
-        table = self._table
-        statement = (
-            f"SELECT node_id, {table.vector_send}(embedding), text, metadata_ "  # noqa: S608 - identifiers checked and quoted
-            f"FROM {table.qualified_name} WHERE node_id IN :ids"
-        )
-        return text(statement).bindparams(bindparam("ids", expanding=True))
+        if self._by_id_statement is None:
+            table = self._table
+            self._by_id_statement = text(
+                f"SELECT node_id, {table.vector_send}(embedding), text, metadata_ "  # noqa: S608 - identifiers checked and quoted
+                f"FROM {table.qualified_name} WHERE node_id = ANY(CAST(:ids AS text[]))"
+            )
+        return self._by_id_statement
 
     def _window_select(self) -> TextClause:
         """One statement: walk the stored links from the start ids and return what it reached.
@@ -246,6 +249,8 @@ class PGVectorNodeSource:
         """
         from sqlalchemy import text
 
+        if self._window_statement is not None:
+            return self._window_statement
         table = self._table
         statement = f"""
 WITH RECURSIVE start AS MATERIALIZED (
@@ -317,39 +322,33 @@ LEFT JOIN LATERAL (
     OFFSET 0
 ) AS stored ON true
 """  # noqa: S608 - identifiers checked and quoted; values bound
-        return text(statement)
+        self._window_statement = text(statement)
+        return self._window_statement
 
-    def _decode(self, raw: object) -> npt.NDArray[np.float32] | None:
-        if not isinstance(raw, (bytes, bytearray, memoryview)):
-            return None
-        data = bytes(raw)
-        dtype = self._table.dtype
-        dimension = int.from_bytes(data[:2], "big")
-        if len(data) != _BINARY_HEADER_BYTES + dimension * dtype.itemsize:
-            return None
-        return np.frombuffer(data, dtype=dtype, offset=_BINARY_HEADER_BYTES).astype(np.float32)
+    def _decode(self, raw_vectors: Sequence[object]) -> list[npt.NDArray[np.float32] | None]:
+        return decode_pgvector_binary(raw_vectors, self._table.dtype, np.float32)
 
-    def _collect(self, node_ids: Sequence[str], rows: Iterable[Sequence[Any]]) -> FetchedNodes:
+    def _collect(self, node_ids: Sequence[str], rows: Sequence[Sequence[Any]]) -> FetchedNodes:
         wanted = set(node_ids)
         nodes: dict[str, BaseNode] = {}
         vectors: dict[str, npt.ArrayLike] = {}
-        for node_id, raw_vector, text, metadata in rows:
-            vector = self._decode(raw_vector)
+        decoded = self._decode([row[1] for row in rows])
+        for (node_id, _, text, metadata), vector in zip(rows, decoded, strict=True):
             if vector is not None:
                 vectors.setdefault(node_id, vector)
             if node_id in wanted and node_id not in nodes:
                 nodes[node_id] = _rebuild(node_id, text, metadata)
         return FetchedNodes(nodes, vectors)
 
-    def _collect_window(self, rows: Iterable[Sequence[Any]]) -> FetchedWindow:
+    def _collect_window(self, rows: Sequence[Sequence[Any]]) -> FetchedWindow:
         nodes = _RowNodes()
         vectors: dict[str, npt.ArrayLike] = {}
         absent: set[str] = set()
-        for node_id, as_node, found, raw_vector, text, metadata in rows:
+        decoded = self._decode([row[3] for row in rows])
+        for (node_id, as_node, found, _, text, metadata), vector in zip(rows, decoded, strict=True):
             if not found:
                 absent.add(node_id)
                 continue
-            vector = self._decode(raw_vector)
             if vector is not None:
                 vectors.setdefault(node_id, vector)
             if as_node:
@@ -394,8 +393,7 @@ LEFT JOIN LATERAL (
         ids = self._ids(node_ids, vector_ids)
         if not ids:
             return FetchedNodes()
-        with self._reads.connect() as connection:
-            rows = connection.execute(self._select(), {"ids": ids}).all()
+        rows = self._reads.rows(self._select(), {"ids": ids})
         return self._collect(node_ids, rows)
 
     async def afetch(self, node_ids: Sequence[str], vector_ids: Sequence[str]) -> FetchedNodes:
@@ -403,13 +401,7 @@ LEFT JOIN LATERAL (
         ids = self._ids(node_ids, vector_ids)
         if not ids:
             return FetchedNodes()
-        async with (
-            self._async.current()
-            .execution_options(isolation_level="AUTOCOMMIT")
-            .connect() as connection
-        ):
-            result = await connection.execute(self._select(), {"ids": ids})
-            rows = result.all()
+        rows = await self._reads.arows(self._async.current(), self._select(), {"ids": ids})
         return self._collect(node_ids, rows)
 
     def fetch_window(
@@ -442,8 +434,7 @@ LEFT JOIN LATERAL (
         parameters = self._window_parameters(start_ids, vector_ids, radius, direction)
         if parameters is None:
             return FetchedWindow()
-        with self._reads.connect() as connection:
-            rows = connection.execute(self._window_select(), parameters).all()
+        rows = self._reads.rows(self._window_select(), parameters)
         return self._collect_window(rows)
 
     async def afetch_window(
@@ -457,13 +448,7 @@ LEFT JOIN LATERAL (
         parameters = self._window_parameters(start_ids, vector_ids, radius, direction)
         if parameters is None:
             return FetchedWindow()
-        async with (
-            self._async.current()
-            .execution_options(isolation_level="AUTOCOMMIT")
-            .connect() as connection
-        ):
-            result = await connection.execute(self._window_select(), parameters)
-            rows = result.all()
+        rows = await self._reads.arows(self._async.current(), self._window_select(), parameters)
         return self._collect_window(rows)
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from langchain_core.documents import Document
@@ -98,3 +99,24 @@ class CountingEmbeddings(Embeddings):
 def comparable(documents: Sequence[Document]) -> list[tuple[str, dict[str, object]]]:
     """Text and metadata of each output document, for exact comparison across stores."""
     return [(document.page_content, dict(document.metadata)) for document in documents]
+
+
+def counting_engine(uri: str, statements: list[str]) -> Any:
+    """A SQLAlchemy engine whose connections record every statement their cursors execute.
+
+    The record is taken at the driver (a psycopg cursor class), so it sees the statements that
+    go through SQLAlchemy and those sent on a pooled connection's own cursor alike.
+    """
+    import psycopg
+    import sqlalchemy
+
+    class CountingCursor(psycopg.Cursor[Any]):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            statements.append(str(query))
+            return super().execute(query, params, **kwargs)
+
+    engine = sqlalchemy.create_engine(uri, connect_args={"cursor_factory": CountingCursor})
+    with engine.connect():  # the dialect's first-connect queries are not the code's statements
+        pass
+    statements.clear()
+    return engine

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from langchain_core.vectorstores import InMemoryVectorStore
-from pg_support import Corpus, CountingEmbeddings, comparable, make_corpus
+from pg_support import Corpus, CountingEmbeddings, comparable, counting_engine, make_corpus
 
 from scar_core.errors import InvalidSettingsError
 from scar_langchain import (
@@ -54,12 +54,8 @@ class Setup:
         self.memory_store = InMemoryVectorStore(self.embeddings)
         self.memory_store.add_documents(documents, ids=corpus.ids)
         self.statements: list[str] = []
-        self.sql = sqlalchemy.create_engine(uri)
-        sqlalchemy.event.listen(self.sql, "before_cursor_execute", self._count)
+        self.sql = counting_engine(uri, self.statements)
         self.reset()
-
-    def _count(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        self.statements.append(statement)
 
     def reset(self) -> None:
         self.embeddings.documents_embedded = 0

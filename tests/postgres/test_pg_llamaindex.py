@@ -22,7 +22,7 @@ from llama_index.core.schema import (
     RelatedNodeInfo,
     TextNode,
 )
-from pg_support import Corpus, make_corpus
+from pg_support import Corpus, counting_engine, make_corpus
 
 from scar_core.errors import InvalidSettingsError
 from scar_langchain import read_links
@@ -116,11 +116,7 @@ class Setup:
         )
         self.memory_index = VectorStoreIndex(nodes_of(corpus), embed_model=self.embed_model)
         self.statements: list[str] = []
-        self.sql = sqlalchemy.create_engine(uri)
-        sqlalchemy.event.listen(self.sql, "before_cursor_execute", self._count)
-
-    def _count(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        self.statements.append(statement)
+        self.sql = counting_engine(uri, self.statements)
 
     def bundle(self, query: str) -> QueryBundle:
         return QueryBundle(query_str=query, embedding=list(self.corpus.queries[query]))

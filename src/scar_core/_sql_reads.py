@@ -1,0 +1,159 @@
+"""Read-only SQL on a SQLAlchemy engine's pooled connections, and pgvector's binary vectors.
+
+The pgvector sources send one or two small ``SELECT`` statements per query. Through a SQLAlchemy
+``Connection`` each costs about half a millisecond of Python on top of the database's own work
+(``benchmarks/results/README.md``), which at HNSW speeds is a tenth of a search. :class:`SQLReads`
+runs them on the pool's DBAPI connection instead: the statement is compiled once by the engine's
+dialect, the connection is switched to autocommit for the read (a single read needs no
+transaction, so no ``BEGIN`` and no ``ROLLBACK``) and switched back before it returns to the pool.
+
+Drivers whose connections this does not know how to drive (anything but psycopg 3 and psycopg2
+when sync, and psycopg 3 when async) go through SQLAlchemy as before, with the same results.
+SQLAlchemy is imported only by the callers, so ``import scar_core`` stays numpy-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.sql.elements import TextClause
+
+__all__ = ["PGVECTOR_HEADER_BYTES", "SQLReads", "decode_pgvector_binary"]
+
+Row = Sequence[Any]
+
+_SYNC_DRIVERS = frozenset({"psycopg", "psycopg2"})
+_ASYNC_DRIVERS = frozenset({"psycopg"})
+
+
+def _unusable(connection: object) -> bool:
+    """Whether a DBAPI connection is closed or broken (its settings can no longer be changed)."""
+    return bool(getattr(connection, "closed", False)) or bool(getattr(connection, "broken", False))
+
+
+class SQLReads:
+    """Run read-only statements on pooled DBAPI connections of SQLAlchemy engines.
+
+    One instance serves one sync engine and any number of async engines; it keeps each
+    statement's compiled text per dialect.
+
+    Args:
+        engine: The sync engine whose pool serves :meth:`rows`.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._compiled: dict[tuple[str, str, str], str] = {}
+
+    def _sql(self, statement: TextClause, dialect: Any) -> str:
+        key = (statement.text, dialect.name, dialect.driver)
+        sql = self._compiled.get(key)
+        if sql is None:
+            sql = self._compiled[key] = str(statement.compile(dialect=dialect))
+        return sql
+
+    def rows(self, statement: TextClause, parameters: Mapping[str, Any]) -> list[Row]:
+        """Run ``statement`` with ``parameters`` and return every row.
+
+        Args:
+            statement: A ``sqlalchemy.text`` statement with ``:name`` parameters; its compiled
+                form is kept, by SQL text and dialect.
+            parameters: The values of the statement's parameters.
+
+        Returns:
+            The rows as the driver returns them (tuples).
+        """
+        dialect = self._engine.dialect
+        if dialect.driver not in _SYNC_DRIVERS or dialect.paramstyle != "pyformat":
+            with self._autocommit.connect() as connection:
+                return list(connection.execute(statement, dict(parameters)).all())
+        sql = self._sql(statement, dialect)
+        # On return the pool rolls the connection back; one the server dropped fails that and
+        # the pool discards it, as it does for SQLAlchemy's own statements.
+        pooled = self._engine.raw_connection()
+        try:
+            driver: Any = pooled.driver_connection
+            was_autocommit = bool(driver.autocommit)
+            if not was_autocommit:
+                driver.autocommit = True
+            try:
+                cursor = driver.cursor()
+                try:
+                    cursor.execute(sql, dict(parameters))
+                    return list(cursor.fetchall())
+                finally:
+                    cursor.close()
+            finally:
+                if not was_autocommit and not _unusable(driver):
+                    driver.autocommit = False
+        finally:
+            pooled.close()
+
+    async def arows(
+        self, engine: AsyncEngine, statement: TextClause, parameters: Mapping[str, Any]
+    ) -> list[Row]:
+        """Async form of :meth:`rows`, on ``engine`` (an ``AsyncEngine`` of the running loop)."""
+        dialect = engine.dialect
+        async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
+            if dialect.driver not in _ASYNC_DRIVERS or dialect.paramstyle != "pyformat":
+                result = await connection.execute(statement, dict(parameters))
+                return list(result.all())
+            # The connection has not begun a transaction (that happens on its first execute),
+            # and AUTOCOMMIT already put the driver connection in autocommit mode.
+            pooled = await connection.get_raw_connection()
+            driver: Any = pooled.driver_connection
+            async with driver.cursor() as cursor:
+                await cursor.execute(self._sql(statement, dialect), dict(parameters))
+                return list(await cursor.fetchall())
+
+
+#: pgvector's binary vector (``vector_send`` / ``halfvec_send``): int16 dimension, int16 unused,
+#: then the big-endian values.
+PGVECTOR_HEADER_BYTES = 4
+
+
+def decode_pgvector_binary(
+    values: Sequence[object], stored: np.dtype[Any], wanted: type[np.floating[Any]]
+) -> list[npt.NDArray[Any] | None]:
+    """Decode pgvector's binary form of each value; ``None`` where a value is not one.
+
+    A batch whose values all have the same length is decoded with one buffer and one cast,
+    rather than one of each per row.
+
+    Args:
+        values: What the driver returned for ``vector_send(...)`` (``bytes``), row by row.
+        stored: The big-endian element type: ``>f4`` for ``vector``, ``>f2`` for ``halfvec``.
+        wanted: The element type of the returned arrays (``np.float64`` or ``np.float32``).
+
+    Returns:
+        One array (or ``None``) per value, in order.
+    """
+    payloads = [bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else b"" for v in values]
+    lengths = {len(payload) for payload in payloads}
+    if len(lengths) == 1 and (length := lengths.pop()) > PGVECTOR_HEADER_BYTES:
+        dimension = (length - PGVECTOR_HEADER_BYTES) // stored.itemsize
+        frame = np.frombuffer(b"".join(payloads), dtype=np.uint8).reshape(len(payloads), length)
+        header = frame[:, :2].copy().view(">u2")[:, 0]
+        if (length - PGVECTOR_HEADER_BYTES) % stored.itemsize == 0 and (header == dimension).all():
+            matrix = frame[:, PGVECTOR_HEADER_BYTES:].copy().view(stored).astype(wanted)
+            return list(matrix)
+    return [_decode_one(payload, stored, wanted) for payload in payloads]
+
+
+def _decode_one(
+    payload: bytes, stored: np.dtype[Any], wanted: type[np.floating[Any]]
+) -> npt.NDArray[Any] | None:
+    if len(payload) < PGVECTOR_HEADER_BYTES:
+        return None
+    dimension = int.from_bytes(payload[:2], "big")
+    if len(payload) != PGVECTOR_HEADER_BYTES + dimension * stored.itemsize:
+        return None
+    return np.frombuffer(payload, dtype=stored, offset=PGVECTOR_HEADER_BYTES).astype(wanted)

@@ -1,0 +1,116 @@
+"""pgvector's binary vectors decoded in batches, and SQLReads' fallback through SQLAlchemy.
+
+The PostgreSQL side of :class:`~scar_core._sql_reads.SQLReads` (the pooled driver connection) is
+tested against a real server in ``tests/postgres/test_pg_sql_reads.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scar_core._sql_reads import PGVECTOR_HEADER_BYTES, SQLReads, decode_pgvector_binary
+
+VECTOR = np.dtype(">f4")
+HALFVEC = np.dtype(">f2")
+
+
+def encode(values: np.ndarray, stored: np.dtype) -> bytes:
+    """pgvector's binary form, written independently of the decoder."""
+    header = len(values).to_bytes(2, "big") + b"\x00\x00"
+    return header + np.asarray(values, dtype=stored).tobytes()
+
+
+def decode_reference(payload: object, stored: np.dtype) -> np.ndarray | None:
+    """One value at a time, the plainest way."""
+    if not isinstance(payload, bytes) or len(payload) < PGVECTOR_HEADER_BYTES:
+        return None
+    dimension = int.from_bytes(payload[:2], "big")
+    body = payload[PGVECTOR_HEADER_BYTES:]
+    if len(body) != dimension * stored.itemsize:
+        return None
+    return np.array(
+        [
+            float(np.frombuffer(body[i : i + stored.itemsize], dtype=stored)[0])
+            for i in range(0, len(body), stored.itemsize)
+        ]
+    )
+
+
+finite = st.floats(min_value=-1e4, max_value=1e4, allow_nan=False, width=32)
+vectors = st.lists(finite, min_size=1, max_size=12).map(np.array)
+
+
+@st.composite
+def payloads(draw: st.DrawFn) -> tuple[list[object], np.dtype]:
+    stored = draw(st.sampled_from([VECTOR, HALFVEC]))
+    same_dimension = draw(st.booleans())
+    dimension = draw(st.integers(1, 12))
+    values: list[object] = []
+    for _ in range(draw(st.integers(0, 8))):
+        kind = draw(st.sampled_from(["vector", "vector", "vector", "none", "truncated", "header"]))
+        vector = draw(
+            st.lists(finite, min_size=dimension, max_size=dimension).map(np.array)
+            if same_dimension
+            else vectors
+        )
+        with np.errstate(over="ignore"):
+            payload = encode(vector, stored)
+        if kind == "none":
+            values.append(None)
+        elif kind == "truncated":
+            values.append(payload[:-1])
+        elif kind == "header":  # the header names another dimension than the body holds
+            values.append((len(vector) + 1).to_bytes(2, "big") + payload[2:])
+        else:
+            values.append(payload)
+    return values, stored
+
+
+@given(payloads(), st.sampled_from([np.float64, np.float32]))
+def test_batch_decoding_equals_one_value_at_a_time(
+    case: tuple[list[object], np.dtype], wanted: type[np.floating]
+) -> None:
+    values, stored = case
+    decoded = decode_pgvector_binary(values, stored, wanted)
+    assert len(decoded) == len(values)
+    for value, got in zip(values, decoded, strict=True):
+        expected = decode_reference(value, stored)
+        if expected is None:
+            assert got is None
+        else:
+            assert got is not None
+            assert got.dtype == wanted
+            np.testing.assert_array_equal(got, expected.astype(wanted))
+
+
+def test_a_batch_of_equal_vectors_is_exact_and_independent() -> None:
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    decoded = decode_pgvector_binary([encode(row, VECTOR) for row in rows], VECTOR, np.float64)
+    for row, got in zip(rows, decoded, strict=True):
+        assert got is not None
+        np.testing.assert_array_equal(got, row.astype(np.float64))
+    assert decoded[0] is not None
+    decoded[0][0] = 99.0
+    assert decoded[1] is not None
+    assert decoded[1][0] == rows[1][0]
+
+
+def test_nothing_to_decode() -> None:
+    assert decode_pgvector_binary([], VECTOR, np.float64) == []
+    assert decode_pgvector_binary([b""], VECTOR, np.float64) == [None]
+    assert decode_pgvector_binary([memoryview(encode(np.ones(2), VECTOR))], VECTOR, np.float32)[
+        0
+    ].tolist() == [1.0, 1.0]
+
+
+def test_a_driver_it_does_not_drive_goes_through_sqlalchemy() -> None:
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    engine = sqlalchemy.create_engine("sqlite://")  # pysqlite: qmark parameters
+    reads = SQLReads(engine)
+    statement = sqlalchemy.text("SELECT :word || '%', :number + 1")
+    assert reads.rows(statement, {"word": "fifty", "number": 1}) == [("fifty%", 2)]
+    assert reads.rows(statement, {"word": "again", "number": 2}) == [("again%", 3)]
+    engine.dispose()

@@ -1,0 +1,105 @@
+"""SQLReads on a real PostgreSQL: the same rows as SQLAlchemy, and a pool left as it was found."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from scar_core._sql_reads import SQLReads
+
+pytestmark = pytest.mark.postgres
+
+sqlalchemy = pytest.importorskip("sqlalchemy")
+
+STATEMENT = (
+    "SELECT n, CAST(n AS text) || '%', CAST(:ids AS text[]) @> ARRAY[CAST(n AS text)] "
+    "FROM generate_series(1, :count) AS n ORDER BY n"
+)
+PARAMETERS = {"ids": ["2", "3"], "count": 4}
+
+
+@pytest.fixture(params=["psycopg", "psycopg2"])
+def engine(request: pytest.FixtureRequest, postgres: Any) -> Iterator[Any]:
+    pytest.importorskip(request.param)
+    # One pooled connection, so every read checks out the very connection the test inspects.
+    built = sqlalchemy.create_engine(postgres.uri(request.param), pool_size=1, max_overflow=0)
+    yield built
+    built.dispose()
+
+
+def through_sqlalchemy(engine: Any, statement: Any) -> list[tuple[Any, ...]]:
+    with engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(statement, PARAMETERS)]
+
+
+def test_rows_equal_sqlalchemy_and_the_connection_is_returned_unchanged(engine: Any) -> None:
+    reads = SQLReads(engine)
+    statement = sqlalchemy.text(STATEMENT)
+    expected = through_sqlalchemy(engine, statement)
+    assert expected == [(1, "1%", False), (2, "2%", True), (3, "3%", True), (4, "4%", False)]
+    for _ in range(3):  # the compiled statement is reused
+        assert [tuple(row) for row in reads.rows(statement, PARAMETERS)] == expected
+    pooled = engine.raw_connection()
+    try:
+        assert pooled.driver_connection.autocommit is False
+    finally:
+        pooled.close()
+    # The engine's own transactions still work as transactions.
+    with engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TEMPORARY TABLE kept (n int)")
+        connection.exec_driver_sql("INSERT INTO kept VALUES (1)")
+    with engine.connect() as connection:
+        connection.exec_driver_sql("INSERT INTO kept VALUES (2)")
+        connection.rollback()
+        assert connection.exec_driver_sql("SELECT count(*) FROM kept").scalar() == 1
+
+
+def test_a_failing_statement_leaves_the_pool_usable(engine: Any) -> None:
+    reads = SQLReads(engine)
+    # The driver's own error (SQLReads does not wrap it); the retrievers report it as a fetch error.
+    with pytest.raises(Exception, match="not a number"):
+        reads.rows(sqlalchemy.text("SELECT CAST(:value AS integer)"), {"value": "not a number"})
+    assert reads.rows(sqlalchemy.text("SELECT :value"), {"value": 5})[0][0] in (5, "5")
+
+
+def test_a_connection_killed_under_it_is_dropped_from_the_pool(engine: Any, postgres: Any) -> None:
+    reads = SQLReads(engine)
+    pid = reads.rows(sqlalchemy.text("SELECT pg_backend_pid()"), {})[0][0]
+    killer = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    with killer.connect() as connection:
+        connection.execute(sqlalchemy.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    killer.dispose()
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the driver's own disconnect error
+        reads.rows(sqlalchemy.text("SELECT 1"), {})
+    fresh = reads.rows(sqlalchemy.text("SELECT pg_backend_pid()"), {})[0][0]
+    assert fresh != pid
+
+
+def test_async_rows_equal_sync_rows(postgres: Any) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    sync_engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    reads = SQLReads(sync_engine)
+    statement = sqlalchemy.text(STATEMENT)
+    expected = [tuple(row) for row in reads.rows(statement, PARAMETERS)]
+
+    async def read() -> tuple[list[tuple[Any, ...]], bool]:
+        engine = create_async_engine(postgres.uri("psycopg"), pool_size=1, max_overflow=0)
+        try:
+            rows = [tuple(row) for row in await reads.arows(engine, statement, PARAMETERS)]
+            rows_again = [tuple(row) for row in await reads.arows(engine, statement, PARAMETERS)]
+            assert rows_again == rows
+            async with engine.connect() as connection:
+                pooled = await connection.get_raw_connection()
+                autocommit = bool(pooled.driver_connection.autocommit)
+            return rows, autocommit
+        finally:
+            await engine.dispose()
+
+    rows, autocommit = asyncio.run(read())
+    assert rows == expected
+    assert autocommit is False
+    sync_engine.dispose()
