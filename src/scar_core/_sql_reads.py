@@ -7,8 +7,11 @@ runs them on the pool's DBAPI connection instead: the statement is compiled once
 dialect, the connection is switched to autocommit for the read (a single read needs no
 transaction, so no ``BEGIN`` and no ``ROLLBACK``) and switched back before it returns to the pool.
 
-Drivers whose connections this does not know how to drive (anything but psycopg 3 and psycopg2
-when sync, and psycopg 3 when async) go through SQLAlchemy as before, with the same results.
+Statements go through SQLAlchemy as before, with the same results, when the engine's driver is
+one this does not know how to drive (anything but psycopg 3 and psycopg2 when sync, and psycopg 3
+when async), and when something listens to the engine's statements (``before_cursor_execute`` or
+``after_cursor_execute``: tracing such as OpenTelemetry's SQLAlchemy instrumentation, or a
+statement counter), so that it keeps seeing every statement.
 SQLAlchemy is imported only by the callers, so ``import scar_core`` stays numpy-only.
 """
 
@@ -31,6 +34,17 @@ Row = Sequence[Any]
 
 _SYNC_DRIVERS = frozenset({"psycopg", "psycopg2"})
 _ASYNC_DRIVERS = frozenset({"psycopg"})
+
+
+def _direct(dialect: Any, drivers: frozenset[str], engine: Engine) -> bool:
+    """Whether statements may go to the driver connection itself rather than through SQLAlchemy."""
+    dispatch = engine.dispatch
+    return (
+        dialect.driver in drivers
+        and dialect.paramstyle == "pyformat"
+        and not dispatch.before_cursor_execute
+        and not dispatch.after_cursor_execute
+    )
 
 
 def _unusable(connection: object) -> bool:
@@ -72,7 +86,7 @@ class SQLReads:
             The rows as the driver returns them (tuples).
         """
         dialect = self._engine.dialect
-        if dialect.driver not in _SYNC_DRIVERS or dialect.paramstyle != "pyformat":
+        if not _direct(dialect, _SYNC_DRIVERS, self._engine):
             with self._autocommit.connect() as connection:
                 return list(connection.execute(statement, dict(parameters)).all())
         sql = self._sql(statement, dialect)
@@ -103,7 +117,7 @@ class SQLReads:
         """Async form of :meth:`rows`, on ``engine`` (an ``AsyncEngine`` of the running loop)."""
         dialect = engine.dialect
         async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
-            if dialect.driver not in _ASYNC_DRIVERS or dialect.paramstyle != "pyformat":
+            if not _direct(dialect, _ASYNC_DRIVERS, engine.sync_engine):
                 result = await connection.execute(statement, dict(parameters))
                 return list(result.all())
             # The connection has not begun a transaction (that happens on its first execute),

@@ -103,3 +103,25 @@ def test_async_rows_equal_sync_rows(postgres: Any) -> None:
     assert rows == expected
     assert autocommit is False
     sync_engine.dispose()
+
+
+def test_statements_go_through_sqlalchemy_while_something_listens(postgres: Any) -> None:
+    """Tracing hooks on the engine (OpenTelemetry, a counter) keep seeing every statement."""
+    engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    seen: list[str] = []
+
+    def listen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    reads = SQLReads(engine)
+    statement = sqlalchemy.text(STATEMENT)
+    direct = [tuple(row) for row in reads.rows(statement, PARAMETERS)]
+    assert seen == []
+    sqlalchemy.event.listen(engine, "before_cursor_execute", listen)
+    assert [tuple(row) for row in reads.rows(statement, PARAMETERS)] == direct
+    assert len(seen) == 1
+    assert "generate_series" in seen[0]
+    sqlalchemy.event.remove(engine, "before_cursor_execute", listen)
+    reads.rows(statement, PARAMETERS)
+    assert len(seen) == 1
+    engine.dispose()
