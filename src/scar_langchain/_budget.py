@@ -8,7 +8,9 @@ a round trip per slot; :class:`BudgetRun` instead
    (fewer when ``window`` is smaller). When chunk ids follow :func:`~scar_langchain.link_chunks`'
    naming, the ids of every ring are known from the retrieved chunks alone and all rings come in
    one batched call; otherwise each ring costs one call, since its ids are read from the ring
-   before it. Then it
+   before it. Named chunks of the :data:`DEEP_PREFETCH_SEEDS` best retrieved chunks are predicted
+   further, to :data:`DEEP_PREFETCH_HOPS` steps: the selection takes the best chunks first, so
+   theirs are the passages that grow longest. Then it
 2. runs the selection over lookups that answer only from what the pool holds and *record* every
    chunk they were asked about and do not know yet. When a run recorded such misses, the driver
    fetches all of them in one call (with :data:`EXTEND_HOPS` further predicted rings beyond
@@ -33,6 +35,8 @@ from scar_core.tokens import TokenCounter
 from scar_langchain._pool import QueryPool
 
 __all__ = [
+    "DEEP_PREFETCH_HOPS",
+    "DEEP_PREFETCH_SEEDS",
     "EMBEDDED_PREFETCH_HOPS",
     "EXTEND_HOPS",
     "PREFETCH_HOPS",
@@ -48,6 +52,11 @@ PREFETCH_HOPS = 3
 EMBEDDED_PREFETCH_HOPS = 2
 #: Predicted rings fetched beyond each chunk a selection attempt reached but the pool lacked.
 EXTEND_HOPS = 2
+#: How many of the best retrieved chunks get the deeper prefetch, and how deep it goes. On the
+#: end-to-end benchmark's corpora this removes most second reads for a few more rows (the
+#: statements column of ``benchmarks/results/e2e_latency.md``).
+DEEP_PREFETCH_SEEDS = 3
+DEEP_PREFETCH_HOPS = 5
 
 
 def prefetch_hops(settings: BudgetSettings, most: int = PREFETCH_HOPS) -> int:
@@ -157,9 +166,11 @@ class BudgetRun:
         pool: The query's pool, holding the retrieved chunks (best first) as its seeds.
         settings: The budget; ``settings.window`` also limits the prefetch.
         token_counts: Token counts, required when ``settings.max_tokens`` is set.
-        most_hops: The deepest prefetch; :data:`EMBEDDED_PREFETCH_HOPS` when every fetched
-            chunk must be embedded, so that the prefetch does not buy round trips with
-            embedding calls.
+        most_hops: The prefetch depth around every retrieved chunk;
+            :data:`EMBEDDED_PREFETCH_HOPS` when every fetched chunk must be embedded, so that
+            the prefetch does not buy round trips with embedding calls.
+        deep_hops: The predicted depth around the :data:`DEEP_PREFETCH_SEEDS` best retrieved
+            chunks; no deeper than ``most_hops`` (the default) turns it off.
     """
 
     def __init__(
@@ -169,11 +180,13 @@ class BudgetRun:
         token_counts: Mapping[str, int] | None = None,
         *,
         most_hops: int = PREFETCH_HOPS,
+        deep_hops: int = 0,
     ) -> None:
         self.pool = pool
         self.settings = settings
         self.token_counts = token_counts
         self.hops = prefetch_hops(settings, most_hops)
+        self.deep_hops = max(self.hops, prefetch_hops(settings, deep_hops))
         # Beyond a fixed window the walk never goes, so predicting past a miss would be waste.
         self.extend_hops = EXTEND_HOPS if settings.window is None else 0
         self._steps = steps_for(settings.direction)
@@ -191,12 +204,14 @@ class BudgetRun:
         while self._hops_done < self.hops:
             self._hops_done += 1
             wanted = self.pool.unfetched_neighbors(self.settings.direction, self._hops_done)
-            if self._hops_done == 1 and self.hops > 1:
+            if self._hops_done == 1 and self.deep_hops > 1:
                 predicted = (
                     chunk_id
-                    for seed in self.pool.seeds
+                    for rank, seed in enumerate(self.pool.seeds)
                     for step in self._steps
-                    for chunk_id in self.pool.predicted_ids(seed, step, 2, self.hops)
+                    for chunk_id in self.pool.predicted_ids(
+                        seed, step, 2, self.deep_hops if rank < DEEP_PREFETCH_SEEDS else self.hops
+                    )
                 )
                 wanted = self.pool.unrequested([*wanted, *predicted])
             if wanted:

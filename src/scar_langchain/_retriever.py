@@ -48,6 +48,7 @@ from scar_core.settings import (
 )
 from scar_core.tokens import TokenCounter, tiktoken_counter
 from scar_langchain._budget import (
+    DEEP_PREFETCH_HOPS,
     EMBEDDED_PREFETCH_HOPS,
     PREFETCH_HOPS,
     BudgetRun,
@@ -663,8 +664,15 @@ class SCARRetriever(BaseRetriever):
         token_counts = None
         if request.settings.max_tokens is not None:
             token_counts = PoolTokenCounts(pool, self._token_counter())
-        most_hops = EMBEDDED_PREFETCH_HOPS if computes_vectors(self._vectors) else PREFETCH_HOPS
-        return BudgetRun(pool, request.settings, token_counts, most_hops=most_hops)
+        if computes_vectors(self._vectors):
+            return BudgetRun(pool, request.settings, token_counts, most_hops=EMBEDDED_PREFETCH_HOPS)
+        return BudgetRun(
+            pool,
+            request.settings,
+            token_counts,
+            most_hops=PREFETCH_HOPS,
+            deep_hops=DEEP_PREFETCH_HOPS,
+        )
 
     def _output(self, selection: _Selection, pool: QueryPool, mode: Mode) -> list[Document]:
         if selection.result is None:

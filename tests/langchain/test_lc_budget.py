@@ -350,10 +350,11 @@ def _renamed(chunks: Sequence[Document]) -> list[Document]:
 
 
 # Growth from p10 to p19, which needs p20 known (it bids for the last slot), over ids that
-# link_chunks named (predictable) or not. Predictable: p7..p13 (three rings) in one call, then
-# each miss (p14, p17, p20) comes with the two chunks after it: 4 calls. Not predictable: the
-# three prefetched rings are one call each, then one call per ring up to p20: 3 + 7 = 10 calls.
-@pytest.mark.parametrize(("predictable", "lookups"), [(True, 4), (False, 10)])
+# link_chunks named (predictable) or not. Predictable: p10 is the best retrieved chunk, so its
+# prefetch is the deep one, p5..p15 (five rings) in one call; then each miss (p16, p19) comes
+# with the two chunks after it: 3 calls. Not predictable: the three prefetched rings are one
+# call each, then one call per ring up to p20: 3 + 7 = 10 calls.
+@pytest.mark.parametrize(("predictable", "lookups"), [(True, 3), (False, 10)])
 def test_unlimited_growth_fetches_rings_in_few_lookups_and_equals_full_knowledge(
     predictable: bool, lookups: int
 ) -> None:
@@ -400,9 +401,10 @@ def test_a_window_limits_growth_and_the_prefetch(
     assert len(store.lookups) == lookups
 
 
-# The first lookup holds ring 1 (from the hit's links) and the predicted further rings: three
-# rings when vectors are read from the store, two when every fetched chunk must be embedded.
-@pytest.mark.parametrize(("embedded", "first_batch"), [(False, range(7, 14)), (True, range(8, 13))])
+# The first lookup holds ring 1 (from the hit's links) and the predicted further rings: five
+# rings around this one hit when vectors are read from the store (it is among the best three),
+# two when every fetched chunk must be embedded.
+@pytest.mark.parametrize(("embedded", "first_batch"), [(False, range(5, 16)), (True, range(8, 13))])
 def test_the_prefetch_is_shallower_when_chunk_vectors_are_embedded(
     embedded: bool, first_batch: range
 ) -> None:
@@ -413,6 +415,27 @@ def test_the_prefetch_is_shallower_when_chunk_vectors_are_embedded(
         options["vector_source"] = EmbeddingVectors(TableEmbeddings(table))
     SCARRetriever(vectorstore=store, k=1, budget=10, fetch_k=1, **options).invoke("q")
     expected = {chunks[i].id for i in first_batch} - {chunks[10].id}
+    assert set(store.lookups[0]) == expected
+
+
+def test_the_best_three_hits_are_prefetched_deeper_than_the_rest() -> None:
+    """Five hits, one per document, ranked d0 > d1 > ... > d4: five rings around the first
+    three, three rings around the others, all in the first lookup."""
+    documents = {f"d{d}": [f"d{d}p{i}" for i in range(14)] for d in range(5)}
+    table = {"q": [1.0, 0.0]}
+    for d, texts in enumerate(documents.values()):
+        for i, text in enumerate(texts):
+            table[text] = _unit(2.0 + d) if i == 7 else _unit(60.0 + d + i)
+    store, chunks = _linked_store(table, documents)
+    SCARRetriever(vectorstore=store, k=5, budget=10, fetch_k=5).invoke("q")
+    assert store.search_sizes == [5]
+    by_text = {c.page_content: c.id for c in chunks}
+    expected = {
+        by_text[f"d{d}p{i}"]
+        for d in range(5)
+        for i in (range(2, 13) if d < 3 else range(4, 11))
+        if i != 7
+    }
     assert set(store.lookups[0]) == expected
 
 
