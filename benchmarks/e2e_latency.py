@@ -313,7 +313,8 @@ def main() -> None:
     )
     logging.disable(logging.WARNING)
 
-    print(machine_summary(), flush=True)
+    machine = machine_summary()  # the load average at the start, not at the end
+    print(machine, flush=True)
     langchain_table: list[list[object]] = []
     llamaindex_table: list[list[object]] = []
     notes: list[str] = []
@@ -472,7 +473,7 @@ def main() -> None:
     ]
     text = (
         "# End-to-end latency (benchmark 1)\n\n"
-        f"{machine_summary()}\n\n"
+        f"{machine}\n\n"
         "Median wall time per query, query embedding excluded. Target: SCAR <= 1.10x plain.\n\n"
         "## LangChain: SCARRetriever vs `as_retriever()` on the same store\n\n"
         + markdown_table(header, langchain_table)

@@ -284,7 +284,8 @@ def llamaindex_rows(corpus: Corpus, server: Any) -> list[list[object]]:
 
 def main() -> None:
     logging.disable(logging.WARNING)
-    print(machine_summary(), flush=True)
+    machine = machine_summary()  # the load average at the start, not at the end
+    print(machine, flush=True)
     corpus = make_corpus(2000, 64)
     with pgvector_server() as server:
         rows = langchain_rows(corpus, server) + llamaindex_rows(corpus, server)
@@ -294,7 +295,7 @@ def main() -> None:
     )
     text = (
         "# Embedding calls per query (benchmark 3)\n\n"
-        f"{machine_summary()}\n\n"
+        f"{machine}\n\n"
         f"2,000 chunks, {QUERIES} queries, each run twice (cold, then warm). Chunk texts embedded "
         "per query; the query itself is not counted. Target: 0 for store and cache after warm-up.\n\n"
         f"{table}\n"

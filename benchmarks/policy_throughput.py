@@ -64,7 +64,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.disable(logging.WARNING)
 
-    print(machine_summary())
+    machine = machine_summary()  # the load average at the start, not at the end
+    print(machine)
     settings = ScarSettings(window=args.window)
     rows = []
     for dimension in args.dims:
@@ -165,7 +166,7 @@ def main() -> None:
     ]
     table = markdown_table(header, rows)
     text = (
-        f"# Policy throughput (benchmark 2)\n\n{machine_summary()}\n\n"
+        f"# Policy throughput (benchmark 2)\n\n{machine}\n\n"
         f"{args.queries:,} queries x k={args.k} x window {args.window} (both sides), "
         f"{args.chunks:,}-chunk float32 matrix, median of {args.repeats} runs.\n\n"
         "The floor counts every vector on every walk (seeds and all walk positions), "

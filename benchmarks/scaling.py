@@ -126,7 +126,8 @@ def main() -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=[128, 384, 768, 1536, 3072])
     args = parser.parse_args()
     logging.disable(logging.WARNING)
-    print(machine_summary(), flush=True)
+    machine = machine_summary()  # the load average at the start, not at the end
+    print(machine, flush=True)
     bandwidth = copy_bandwidth().cpu
     points: list[Point] = []
 
@@ -177,7 +178,7 @@ def main() -> None:
     )
     text = (
         "# Scaling of the policy's cost (benchmark 4)\n\n"
-        f"{machine_summary()}\n\n"
+        f"{machine}\n\n"
         f"{args.chunks:,}-chunk float32 corpus; one parameter varies, the others stay at k=10, "
         f"window=2, d=768. CPU time per query: batched over {args.batch:,} queries, one at a time "
         f"over {args.single}. Copy bandwidth (CPU time): {bandwidth / 1e9:.1f} GB/s.\n\n"

@@ -53,7 +53,8 @@ def main() -> None:
     import sqlalchemy
     from langchain_postgres import PGEngine
 
-    print(machine_summary(), flush=True)
+    machine = machine_summary()  # the load average at the start, not at the end
+    print(machine, flush=True)
     corpus = make_corpus(SIZE, DIMENSION)
     with pgvector_server() as server:
         table = "sql_overhead"
@@ -147,7 +148,7 @@ def main() -> None:
         [
             "# Per-statement overhead of a small read",
             "",
-            machine_summary(),
+            machine,
             "",
             f"Median wall time per read over {args.rounds} interleaved rounds, PostgreSQL on the "
             "same machine (Unix socket). The floor is a bare psycopg connection.",
