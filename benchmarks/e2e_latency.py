@@ -8,9 +8,10 @@ For each corpus size and dimension, in memory and on pgvector, this times per qu
   runs with its default sources (``get_by_ids`` for neighbours, the store's ``get`` for vectors,
   text-encoded) and with ``search_source=PGVectorChunks`` (its search returns the hits' vectors
   in binary form, and it reads neighbours with their vectors in one statement per batch).
-* LlamaIndex: ``index.as_retriever(similarity_top_k=10).retrieve`` alone against the same call
-  followed by ``SCARNodePostprocessor`` (budget mode and plain mode): the postprocessor's added
-  latency. On pgvector the index lives only in the database (empty docstore).
+* LlamaIndex: ``index.as_retriever(similarity_top_k=10).retrieve`` alone against SCAR as the
+  README sets it up: budget mode (``budget=10``) after a top-3 retrieval, so that both return
+  10 nodes, and plain mode after the top-10 retrieval. The difference is the postprocessor's
+  added latency. On pgvector the index lives only in the database (empty docstore).
 
 Query embedding is excluded: a fake model returns stored query vectors at once, for all sides.
 Every round runs each contender on the same query in turn, so machine noise is shared; the
@@ -200,24 +201,33 @@ def llamaindex_embed_model() -> Any:
 def llamaindex_contenders(
     index: Any, bundles: list[Any], extra_sources: dict[str, Any]
 ) -> dict[str, Callable[[int], object]]:
+    """Plain top-10 retrieval against SCAR as the README sets it up.
+
+    Budget mode keeps every incoming node and fills the rest of its budget with neighbours, so
+    it is run as recommended: retrieve about ``k`` (3) nodes, let the budget (10) add neighbours.
+    Its output is then as long as the plain top-10 retrieval it is compared with. Plain mode
+    (the paper's rule) expands whatever arrives, so it runs on the top 10.
+    """
     from scar_llamaindex import SCARNodePostprocessor
 
-    retriever = index.as_retriever(similarity_top_k=10)
+    top_10 = index.as_retriever(similarity_top_k=10)
+    top_3 = index.as_retriever(similarity_top_k=3)
     budget = SCARNodePostprocessor.from_index(index)
     plain = SCARNodePostprocessor.from_index(index, budget=None)
     contenders: dict[str, Callable[[int], object]] = {
-        "retrieve (top 10)": lambda i: retriever.retrieve(bundles[i]),
-        "+ SCAR budget=10": lambda i: budget.postprocess_nodes(
-            retriever.retrieve(bundles[i]), bundles[i]
+        "retrieve (top 10)": lambda i: top_10.retrieve(bundles[i]),
+        "retrieve (top 3)": lambda i: top_3.retrieve(bundles[i]),
+        "top 3 + SCAR budget=10": lambda i: budget.postprocess_nodes(
+            top_3.retrieve(bundles[i]), bundles[i]
         ),
-        "+ SCAR plain (budget=None)": lambda i: plain.postprocess_nodes(
-            retriever.retrieve(bundles[i]), bundles[i]
+        "top 10 + SCAR plain (budget=None)": lambda i: plain.postprocess_nodes(
+            top_10.retrieve(bundles[i]), bundles[i]
         ),
     }
     for name, source in extra_sources.items():
         scar = SCARNodePostprocessor(neighbor_source=source, embed_model=llamaindex_embed_model())
         contenders[name] = lambda i, s=scar: s.postprocess_nodes(
-            retriever.retrieve(bundles[i]), bundles[i]
+            top_3.retrieve(bundles[i]), bundles[i]
         )
     return contenders
 
@@ -439,7 +449,7 @@ def main() -> None:
                         create_node_id_index(li_store)
                         source = PGVectorNodeSource(li_store)
                         contenders = llamaindex_contenders(
-                            index, bundles, {"+ SCAR budget=10, PGVectorNodeSource": source}
+                            index, bundles, {"top 3 + SCAR budget=10, PGVectorNodeSource": source}
                         )
                         statements = statements_per_query(contenders)
                         medians = interleaved_medians(contenders, rounds)
@@ -477,16 +487,17 @@ def main() -> None:
         "Median wall time per query, query embedding excluded. Target: SCAR <= 1.10x plain.\n\n"
         "## LangChain: SCARRetriever vs `as_retriever()` on the same store\n\n"
         + markdown_table(header, langchain_table)
-        + "\n\n## LlamaIndex: retrieve, then SCARNodePostprocessor\n\n"
+        + "\n\n## LlamaIndex: retrieve, then SCARNodePostprocessor, against a plain top-10 "
+        "retrieval\n\n"
         + markdown_table(
             [
                 "setup",
                 "pipeline",
-                "retrieve ms",
-                "with SCAR ms",
+                "retrieve top 10 ms",
+                "pipeline ms",
                 "added ms",
-                "ratio",
-                "SQL statements",
+                "pipeline / top 10",
+                "SQL statements top 10 / pipeline",
             ],
             llamaindex_table,
         )

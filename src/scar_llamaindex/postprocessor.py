@@ -84,15 +84,13 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     ``b = 1 - cos(e_c, e_n)``, SCAR scores ``n`` by ``S = cos(e_q, e_n) - lambda_ * b``. Cosines
     come from the vectors, never from the retriever's scores, which may be distances. Two modes:
 
-    * **Budget mode, the default** (``budget=10``): return ``budget`` nodes. The ``k`` best
-      incoming nodes (default 3) are always kept. The other incoming nodes are candidates:
-      they compete for the remaining slots with the neighbours of the nodes already selected.
-      An incoming node ``x`` bids ``cos(e_q, e_x)``, a neighbour bids ``S + continuity_bonus``,
-      and the highest bid takes each slot. A passage may grow as far as the budget lets it
-      (``window=None``). Retrieve about ``budget`` nodes (``similarity_top_k=10``) so that
-      candidates compete with expansion. With fewer, the free slots go to the best neighbours.
-      With more, the candidates that win no slot are left out, and a warning is logged once.
-      The ``k`` best are never left out.
+    * **Budget mode, the default** (``budget=10``): return ``budget`` nodes. Every incoming
+      node is kept (no retrieved node is ever lost), and the free slots go to neighbours of the
+      nodes already selected: a neighbour bids ``S + continuity_bonus`` and the highest bid
+      takes each slot. A passage may grow as far as the budget lets it (``window=None``).
+      Retrieve about ``k`` nodes (``similarity_top_k=3``) so that slots are left for
+      neighbours; when ``budget`` or more nodes arrive, all are kept, none is added, and a
+      warning is logged once.
     * **Plain mode, the paper's rule** (``budget=None``): every incoming node is kept and adds
       ``n`` when ``S > gamma * cos(e_q, e_c)``, up to ``window`` steps away (default 1).
 
@@ -104,7 +102,8 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         vector_store: Where neighbours missing from the docstore, and stored vectors, are
             fetched (``index.vector_store``). Give it when nodes live only in a vector database.
         budget: Nodes returned in budget mode (default 10); ``None`` selects plain mode.
-        k: Incoming nodes always kept in budget mode (default 3), ``<= budget``.
+        k: The number of retrieved nodes budget mode is sized for (default 3), ``<= budget``:
+            set ``similarity_top_k`` to about ``k``. Every incoming node is kept, however many.
         continuity_bonus: Credit of a neighbour continuing a passage, in cosine units (default
             0.2, measured for all-MiniLM-L6-v2; ``scar calibrate`` estimates it for your model).
         lambda_, gamma, window, direction: The rule's settings (paper: 0.1, 0.8, 1, both);
@@ -156,9 +155,9 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     k: int = Field(
         default=DEFAULT_SEEDS,
         description=(
-            "Budget mode: the number of best incoming nodes always kept (the seeds), <= budget; "
-            "the others compete with neighbours for the remaining slots. Unused in plain mode, "
-            "which keeps every incoming node."
+            "Budget mode: the number of retrieved nodes the budget is sized for, <= budget; set "
+            "similarity_top_k to about k. Every incoming node is kept, however many arrive, and "
+            "the free slots go to neighbours. Unused in plain mode."
         ),
     )
     continuity_bonus: float = Field(
@@ -312,7 +311,8 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         Args:
             index: The index whose query engine the postprocessor will serve.
             budget: Nodes returned (budget mode); ``None`` for plain mode, the paper's rule.
-            k: Incoming nodes always kept in budget mode, ``<= budget``.
+            k: The number of retrieved nodes budget mode is sized for, ``<= budget`` (set
+                ``similarity_top_k`` to about ``k``); every incoming node is kept.
             continuity_bonus: Budget mode's credit for continuing a passage, ``>= 0``.
             lambda_: Boundary-penalty weight, ``>= 0``.
             gamma: Plain mode's relative threshold in ``(0, 1]``.
