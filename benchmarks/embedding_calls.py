@@ -231,14 +231,21 @@ def llamaindex_rows(corpus: Corpus, server: Any) -> list[list[object]]:
         index: Any,
         build: Callable[[CountingEmbedding, dict[str, Any]], SCARNodePostprocessor],
     ) -> None:
-        retriever = index.as_retriever(similarity_top_k=10)
-        retrieved = {name: retriever.retrieve(bundle) for name, bundle in bundles.items()}
-        for mode, options in (("budget=10", {}), ("plain", {"budget": None})):
+        # As the README sets it up: budget mode after a top-3 retrieval (it keeps every incoming
+        # node and fills the rest of its budget with neighbours), plain mode after a top-10 one.
+        for mode, top_k, options in (
+            ("budget=10", 3, {}),
+            ("plain", 10, {"budget": None}),
+        ):
+            retriever = index.as_retriever(similarity_top_k=top_k)
+            retrieved = {name: retriever.retrieve(bundle) for name, bundle in bundles.items()}
             model = CountingEmbedding()
             postprocessor = build(model, options)
             cold, warm = per_query(
                 model,
-                lambda name, p=postprocessor: p.postprocess_nodes(retrieved[name], bundles[name]),
+                lambda name, p=postprocessor, r=retrieved: p.postprocess_nodes(
+                    r[name], bundles[name]
+                ),
                 list(bundles),
             )
             rows.append(["LlamaIndex", source, mode, f"{cold:.1f}", f"{warm:.1f}"])
