@@ -9,9 +9,9 @@ transaction, so no ``BEGIN`` and no ``ROLLBACK``) and switched back before it re
 
 Statements go through SQLAlchemy as before, with the same results, when the engine's driver is
 one this does not know how to drive (anything but psycopg 3 and psycopg2 when sync, and psycopg 3
-when async), and when something listens to the engine's statements (``before_cursor_execute`` or
-``after_cursor_execute``: tracing such as OpenTelemetry's SQLAlchemy instrumentation, or a
-statement counter), so that it keeps seeing every statement.
+when async), and when something watches the engine's statements (``echo=True`` logging, or a
+``before_cursor_execute`` / ``after_cursor_execute`` listener: tracing such as OpenTelemetry's
+SQLAlchemy instrumentation, or a statement counter), so that it keeps seeing every statement.
 SQLAlchemy is imported only by the callers, so ``import scar_core`` stays numpy-only.
 """
 
@@ -42,6 +42,7 @@ def _direct(dialect: Any, drivers: frozenset[str], engine: Engine) -> bool:
     return (
         dialect.driver in drivers
         and dialect.paramstyle == "pyformat"
+        and not engine.echo
         and not dispatch.before_cursor_execute
         and not dispatch.after_cursor_execute
     )

@@ -125,3 +125,16 @@ def test_statements_go_through_sqlalchemy_while_something_listens(postgres: Any)
     reads.rows(statement, PARAMETERS)
     assert len(seen) == 1
     engine.dispose()
+
+
+def test_statements_go_through_sqlalchemy_on_an_echoing_engine(
+    postgres: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """echo=True logs every statement; SQLReads keeps that promise."""
+    engine = sqlalchemy.create_engine(postgres.uri("psycopg"), echo=True)
+    reads = SQLReads(engine)
+    with caplog.at_level("INFO", logger="sqlalchemy.engine"):
+        rows = reads.rows(sqlalchemy.text(STATEMENT), PARAMETERS)
+    assert [row[0] for row in rows] == [1, 2, 3, 4]
+    assert any("generate_series" in record.getMessage() for record in caplog.records)
+    engine.dispose()
