@@ -4,8 +4,9 @@ Usage::
 
     from scar_llamaindex import SCARNodePostprocessor
 
-    postprocessor = SCARNodePostprocessor.from_index(index)  # budget mode: 10 nodes, 3 kept
-    engine = index.as_query_engine(similarity_top_k=10, node_postprocessors=[postprocessor])
+    postprocessor = SCARNodePostprocessor.from_index(index)  # budget mode: 10 nodes
+    # Retrieve about k (3) nodes: every one is kept, and neighbours fill the budget.
+    engine = index.as_query_engine(similarity_top_k=3, node_postprocessors=[postprocessor])
 
     paper = SCARNodePostprocessor.from_index(index, budget=None)  # the paper's rule, exactly
 """

@@ -132,7 +132,8 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     Use within a query engine:
         .. code-block:: python
 
-            engine = index.as_query_engine(similarity_top_k=10, node_postprocessors=[postprocessor])
+            # Retrieve about k nodes: budget mode keeps them all and adds neighbours up to 10.
+            engine = index.as_query_engine(similarity_top_k=3, node_postprocessors=[postprocessor])
             response = engine.query("How is the connection closed?")
 
     Output:
