@@ -306,7 +306,7 @@ class _Queries:
                 "dimension > 0."
             )
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            squared = _native_dots(array, array).astype(np.float64)
+            squared = _dots(array, array, array.dtype).astype(np.float64)
         # A NaN or infinite entry makes the squared norm NaN or infinite, and only a zero vector
         # (or one whose squares underflow) has a zero squared norm: one pass settles most batches.
         if not np.all(np.isfinite(squared) & (squared > 0)):
@@ -497,13 +497,16 @@ def _row_dots(
         np.einsum("...x,...x->...", left, right, out=out)
 
 
-def _native_dots(
-    left: npt.NDArray[np.floating], right: npt.NDArray[np.floating]
+def _dots(
+    left: npt.NDArray[np.floating],
+    right: npt.NDArray[np.floating],
+    dtype: npt.DTypeLike = np.float64,
 ) -> npt.NDArray[np.floating]:
-    """Dot products along the last axis, in the operands' own precision."""
-    result = np.empty(
-        np.broadcast_shapes(left.shape, right.shape)[:-1], dtype=np.result_type(left, right)
-    )
+    """Dot products along the last axis, in a new array of ``dtype``.
+
+    float64 by default; pass the operands' own dtype to keep their precision.
+    """
+    result = np.empty(np.broadcast_shapes(left.shape, right.shape)[:-1], dtype=dtype)
     _row_dots(left, right, result)
     return result
 
@@ -703,20 +706,13 @@ def _settle_near_ties(
         candidate, via, origin = (
             np.asarray(matrix[chosen[part]], dtype=np.float64) for chosen in (here, before, seed)
         )
-        candidate_norm = np.sqrt(_vecdot(candidate, candidate))
-        relevance = _vecdot(candidate, queries) / candidate_norm
-        boundary = _vecdot(via, candidate) / (np.sqrt(_vecdot(via, via)) * candidate_norm)
-        seed_relevance = _vecdot(origin, queries) / np.sqrt(_vecdot(origin, origin))
+        candidate_norm = np.sqrt(_dots(candidate, candidate))
+        relevance = _dots(candidate, queries) / candidate_norm
+        boundary = _dots(via, candidate) / (np.sqrt(_dots(via, via)) * candidate_norm)
+        seed_relevance = _dots(origin, queries) / np.sqrt(_dots(origin, origin))
         exact_score = relevance - settings.lambda_ * (1.0 - boundary)
         settled[part] = exact_score > settings.gamma * seed_relevance
     passes[where] = settled
-
-
-def _vecdot(left: npt.NDArray[np.floating], right: npt.NDArray[np.floating]) -> FloatArray:
-    """Dot products along the last axis, in float64."""
-    result = np.empty(np.broadcast_shapes(left.shape, right.shape)[:-1], dtype=np.float64)
-    _row_dots(left, right, result)
-    return result
 
 
 @dataclass(frozen=True)
