@@ -1,8 +1,13 @@
-"""A LangChain embeddings model over a benchmark corpus, shared by the benchmark scripts."""
+"""LangChain pieces shared by the benchmark scripts: an embeddings model over a benchmark corpus,
+and a langchain-postgres table loaded with it."""
 
 from __future__ import annotations
 
-from bench_support import Corpus
+import uuid
+from typing import Any
+
+from bench_postgres import copy_rows
+from bench_support import Corpus, chunk_metadata
 from langchain_core.embeddings import Embeddings
 
 
@@ -37,3 +42,35 @@ class CorpusEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self.queries[text]
+
+
+def load_langchain_table(server: Any, corpus: Corpus, table: str) -> tuple[Any, float]:
+    """Create ``table`` the langchain-postgres way and bulk-load the corpus into it.
+
+    Rows carry the ids, texts, vectors and link metadata that ``link_chunks`` would write.
+
+    Returns:
+        The ``PGEngine`` the table was created with, and the seconds the load took.
+    """
+    from langchain_postgres import PGEngine
+    from psycopg.types.json import Json
+
+    engine = PGEngine.from_connection_string(server.get_uri(driver="psycopg"))
+    engine.init_vectorstore_table(table, corpus.dimension)
+    rows = (
+        (
+            uuid.UUID(corpus.chunk_id(row)),
+            corpus.text(row),
+            corpus.vectors[row],
+            Json(chunk_metadata(corpus, row)),
+        )
+        for row in range(corpus.size)
+    )
+    seconds = copy_rows(
+        server.get_uri(),
+        table,
+        ["langchain_id", "content", "embedding", "langchain_metadata"],
+        ["uuid", "text", "vector", "json"],
+        rows,
+    )
+    return engine, seconds

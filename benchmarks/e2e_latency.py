@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench_langchain import CorpusEmbeddings
+from bench_langchain import CorpusEmbeddings, load_langchain_table
 from bench_postgres import copy_rows, create_hnsw_index, drop_hnsw_indexes, pgvector_server
 from bench_support import (
     Corpus,
@@ -379,27 +378,10 @@ def main() -> None:
                     del index, nodes
 
                 if server is not None and not args.only_llamaindex:
-                    from langchain_postgres import PGEngine, PGVectorStore
+                    from langchain_postgres import PGVectorStore
 
                     table = f"lc_{size}_{dimension}"
-                    engine = PGEngine.from_connection_string(server.get_uri(driver="psycopg"))
-                    engine.init_vectorstore_table(table, dimension)
-                    rows = (
-                        (
-                            uuid.UUID(corpus.chunk_id(row)),
-                            corpus.text(row),
-                            corpus.vectors[row],
-                            Json(chunk_metadata(corpus, row)),
-                        )
-                        for row in range(corpus.size)
-                    )
-                    seconds = copy_rows(
-                        server.get_uri(),
-                        table,
-                        ["langchain_id", "content", "embedding", "langchain_metadata"],
-                        ["uuid", "text", "vector", "json"],
-                        rows,
-                    )
+                    engine, seconds = load_langchain_table(server, corpus, table)
                     print(f"  loaded {size:,} LangChain rows in {seconds:.1f}s", flush=True)
                     store = PGVectorStore.create_sync(engine, embeddings, table)
                     chunks = PGVectorChunks(server.get_uri(driver="psycopg"), PGVectorTable(table))

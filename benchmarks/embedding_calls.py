@@ -13,12 +13,11 @@ Usage::
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench_langchain import CorpusEmbeddings
-from bench_postgres import copy_rows, pgvector_server
+from bench_langchain import CorpusEmbeddings, load_langchain_table
+from bench_postgres import pgvector_server
 from bench_support import (
     Corpus,
     chunk_metadata,
@@ -33,7 +32,6 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.stores import InMemoryByteStore, InMemoryStore
 from langchain_core.vectorstores import InMemoryVectorStore
-from psycopg.types.json import Json
 
 from scar_langchain import EmbeddingVectors, PGVectorChunks, PGVectorTable, SCARRetriever
 
@@ -98,26 +96,10 @@ def langchain_rows(corpus: Corpus, server: Any) -> list[list[object]]:
 
     add("store: FAISS (default)", lambda m, o: SCARRetriever(vectorstore=faiss_store(m), **o))
 
-    from langchain_postgres import PGEngine, PGVectorStore
+    from langchain_postgres import PGVectorStore
 
-    engine = PGEngine.from_connection_string(server.get_uri(driver="psycopg"))
     table = "calls_lc"
-    engine.init_vectorstore_table(table, corpus.dimension)
-    copy_rows(
-        server.get_uri(),
-        table,
-        ["langchain_id", "content", "embedding", "langchain_metadata"],
-        ["uuid", "text", "vector", "json"],
-        (
-            (
-                uuid.UUID(corpus.chunk_id(row)),
-                corpus.text(row),
-                corpus.vectors[row],
-                Json(chunk_metadata(corpus, row)),
-            )
-            for row in range(corpus.size)
-        ),
-    )
+    engine, _ = load_langchain_table(server, corpus, table)
     chunks = PGVectorChunks(server.get_uri(driver="psycopg"), PGVectorTable(table))
     add(
         "store: PGVectorStore (default, PGVectorStoreVectors)",

@@ -22,19 +22,17 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import uuid
 from collections.abc import Callable
 
-from bench_postgres import copy_rows, pgvector_server
+from bench_langchain import load_langchain_table
+from bench_postgres import pgvector_server
 from bench_support import (
-    chunk_metadata,
     interleaved_medians,
     machine_summary,
     make_corpus,
     markdown_table,
     write_result,
 )
-from psycopg.types.json import Json
 
 from scar_core._sql_reads import SQLReads
 from scar_langchain import PGVectorChunks, PGVectorTable
@@ -51,31 +49,13 @@ def main() -> None:
 
     import psycopg
     import sqlalchemy
-    from langchain_postgres import PGEngine
 
     machine = machine_summary()  # the load average at the start, not at the end
     print(machine, flush=True)
     corpus = make_corpus(SIZE, DIMENSION)
     with pgvector_server() as server:
         table = "sql_overhead"
-        store_engine = PGEngine.from_connection_string(server.get_uri(driver="psycopg"))
-        store_engine.init_vectorstore_table(table, DIMENSION)
-        rows = (
-            (
-                uuid.UUID(corpus.chunk_id(row)),
-                corpus.text(row),
-                corpus.vectors[row],
-                Json(chunk_metadata(corpus, row)),
-            )
-            for row in range(SIZE)
-        )
-        copy_rows(
-            server.get_uri(),
-            table,
-            ["langchain_id", "content", "embedding", "langchain_metadata"],
-            ["uuid", "text", "vector", "json"],
-            rows,
-        )
+        load_langchain_table(server, corpus, table)
         engine = sqlalchemy.create_engine(server.get_uri(driver="psycopg"))
         chunks = PGVectorChunks(engine, PGVectorTable(table))
         chunks.fetch([corpus.chunk_id(0)])  # reads the table's layout
