@@ -13,11 +13,16 @@ when async), and when something watches the engine's statements (``echo=True`` l
 ``before_cursor_execute`` / ``after_cursor_execute`` listener: tracing such as OpenTelemetry's
 SQLAlchemy instrumentation, or a statement counter), so that it keeps seeing every statement.
 SQLAlchemy is imported only by the callers, so ``import scar_core`` stays numpy-only.
+
+A query vector is passed as a :class:`VectorParameter`. On psycopg 3's direct path it travels in
+pgvector's binary form (a few microseconds); everywhere else it is written as pgvector's text
+``[x,y,...]``, which costs about a microsecond per dimension in Python (0.4 ms at d = 384).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,7 +33,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
     from sqlalchemy.sql.elements import TextClause
 
-__all__ = ["PGVECTOR_HEADER_BYTES", "SQLReads", "decode_pgvector_binary"]
+__all__ = ["PGVECTOR_HEADER_BYTES", "SQLReads", "VectorParameter", "decode_pgvector_binary"]
 
 Row = Sequence[Any]
 
@@ -46,6 +51,61 @@ def _direct(dialect: Any, drivers: frozenset[str], engine: Engine) -> bool:
         and not dispatch.before_cursor_execute
         and not dispatch.after_cursor_execute
     )
+
+
+@dataclass(frozen=True, eq=False)
+class VectorParameter:
+    """A pgvector value bound to a statement parameter, as in ``CAST(:query AS vector)``.
+
+    The statement must cast the parameter to ``vector`` (or ``halfvec``): in binary form it is
+    sent with no type, and the cast tells the server how to read it.
+
+    Attributes:
+        values: The vector, float32 (the precision of a ``vector`` column).
+    """
+
+    values: npt.NDArray[np.float32]
+
+    def binary(self) -> bytes:
+        """The binary form pgvector reads: the dimension, two unused bytes, then big-endian float32."""
+        return (
+            len(self.values).to_bytes(2, "big")
+            + b"\0\0"
+            + self.values.astype(">f4", copy=False).tobytes()
+        )
+
+    def text(self) -> str:
+        """The text form ``[x,y,...]``; each float32 is written so that it reads back exactly."""
+        return "[" + ",".join(map(repr, self.values.tolist())) + "]"
+
+
+def _as_text(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        name: value.text() if isinstance(value, VectorParameter) else value
+        for name, value in parameters.items()
+    }
+
+
+_BINARY_DUMPER: type | None = None
+
+
+def _with_binary_vectors(cursor: Any) -> Any:
+    """Let a psycopg 3 cursor send :class:`VectorParameter` values in binary form."""
+    global _BINARY_DUMPER
+    if _BINARY_DUMPER is None:
+        from psycopg.adapt import Dumper
+        from psycopg.pq import Format
+
+        class _VectorBinaryDumper(Dumper):
+            format = Format.BINARY
+            oid = 0  # no type: the statement's CAST names it, whatever OID the extension got
+
+            def dump(self, obj: Any) -> bytes:
+                return obj.binary()  # type: ignore[no-any-return]
+
+        _BINARY_DUMPER = _VectorBinaryDumper
+    cursor.adapters.register_dumper(VectorParameter, _BINARY_DUMPER)
+    return cursor
 
 
 def _unusable(connection: object) -> bool:
@@ -89,7 +149,7 @@ class SQLReads:
         dialect = self._engine.dialect
         if not _direct(dialect, _SYNC_DRIVERS, self._engine):
             with self._autocommit.connect() as connection:
-                return list(connection.execute(statement, dict(parameters)).all())
+                return list(connection.execute(statement, _as_text(parameters)).all())
         sql = self._sql(statement, dialect)
         # On return the pool rolls the connection back; one the server dropped fails that and
         # the pool discards it, as it does for SQLAlchemy's own statements.
@@ -100,9 +160,14 @@ class SQLReads:
             if not was_autocommit:
                 driver.autocommit = True
             try:
-                cursor = driver.cursor()
+                if dialect.driver == "psycopg":
+                    cursor = _with_binary_vectors(driver.cursor())
+                    bound = dict(parameters)
+                else:
+                    cursor = driver.cursor()
+                    bound = _as_text(parameters)
                 try:
-                    cursor.execute(sql, dict(parameters))
+                    cursor.execute(sql, bound)
                     return list(cursor.fetchall())
                 finally:
                     cursor.close()
@@ -119,13 +184,13 @@ class SQLReads:
         dialect = engine.dialect
         async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
             if not _direct(dialect, _ASYNC_DRIVERS, engine.sync_engine):
-                result = await connection.execute(statement, dict(parameters))
+                result = await connection.execute(statement, _as_text(parameters))
                 return list(result.all())
             # The connection has not begun a transaction (that happens on its first execute),
             # and AUTOCOMMIT already put the driver connection in autocommit mode.
             pooled = await connection.get_raw_connection()
             driver: Any = pooled.driver_connection
-            async with driver.cursor() as cursor:
+            async with _with_binary_vectors(driver.cursor()) as cursor:
                 await cursor.execute(self._sql(statement, dialect), dict(parameters))
                 return list(await cursor.fetchall())
 

@@ -30,7 +30,7 @@ import numpy.typing as npt
 from langchain_core.documents import Document
 
 from scar_core._async_engines import AsyncEnginePerLoop
-from scar_core._sql_reads import SQLReads, decode_pgvector_binary
+from scar_core._sql_reads import SQLReads, VectorParameter, decode_pgvector_binary
 from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_langchain._neighbors import FetchedChunks, SearchHits
 
@@ -382,17 +382,18 @@ class PGVectorChunks:
         return columns
 
     @staticmethod
-    def _search_parameters(query_vector: Sequence[float], k: int) -> dict[str, Any]:
+    def _search_parameters(query_vector: npt.ArrayLike, k: int) -> dict[str, Any]:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InvalidSettingsError(f"k={k!r} is not valid; it must be an integer >= 1.")
-        values = np.asarray(query_vector, dtype=np.float64)
+        # At the column's precision (float32): a value beyond float32's range becomes infinite.
+        with np.errstate(over="ignore"):
+            values = np.asarray(query_vector, dtype=np.float32)
         if values.ndim != 1 or not values.size or not np.isfinite(values).all():
             raise InvalidSettingsError(
-                "the query vector must be a non-empty 1-D array of finite numbers; got shape "
-                f"{values.shape}. Check the embedding model's output."
+                "the query vector must be a non-empty 1-D array of finite float32 numbers; got "
+                f"shape {values.shape}. Check the embedding model's output."
             )
-        # repr() of a float reads back exactly, so the database sees the query as given.
-        return {"query": "[" + ",".join(map(repr, values.tolist())) + "]", "k": k}
+        return {"query": VectorParameter(values), "k": k}
 
     def _hits(self, rows: Sequence[Sequence[Any]]) -> SearchHits:
         documents: list[Document] = []
@@ -483,7 +484,7 @@ class PGVectorChunks:
         """Return the stored vectors of ``chunks`` (``chunk id -> Document``), in one query."""
         return self._run(list(chunks), with_documents=False)[1]
 
-    def search_with_vectors(self, query_vector: Sequence[float], k: int) -> SearchHits:
+    def search_with_vectors(self, query_vector: npt.ArrayLike, k: int) -> SearchHits:
         """Search the table as the store does, and return the hits with their stored vectors.
 
         One SQL statement: the store's search with no filter (same table, same distance
@@ -546,7 +547,7 @@ class PGVectorChunks:
         """Async form of :meth:`vectors_for`."""
         return (await self._arun(list(chunks), with_documents=False))[1]
 
-    async def asearch_with_vectors(self, query_vector: Sequence[float], k: int) -> SearchHits:
+    async def asearch_with_vectors(self, query_vector: npt.ArrayLike, k: int) -> SearchHits:
         """Async form of :meth:`search_with_vectors`."""
         parameters = self._search_parameters(query_vector, k)
         engine = self._async.current()

@@ -1,4 +1,4 @@
-"""pgvector's binary vectors decoded in batches, and SQLReads' fallback through SQLAlchemy.
+"""pgvector's binary vectors decoded in batches, query vectors encoded, and SQLReads' fallback.
 
 The PostgreSQL side of :class:`~scar_core._sql_reads.SQLReads` (the pooled driver connection) is
 tested against a real server in ``tests/postgres/test_pg_sql_reads.py``.
@@ -11,7 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scar_core._sql_reads import PGVECTOR_HEADER_BYTES, SQLReads, decode_pgvector_binary
+from scar_core._sql_reads import (
+    PGVECTOR_HEADER_BYTES,
+    SQLReads,
+    VectorParameter,
+    decode_pgvector_binary,
+)
 
 VECTOR = np.dtype(">f4")
 HALFVEC = np.dtype(">f2")
@@ -113,4 +118,31 @@ def test_a_driver_it_does_not_drive_goes_through_sqlalchemy() -> None:
     statement = sqlalchemy.text("SELECT :word || '%', :number + 1")
     assert reads.rows(statement, {"word": "fifty", "number": 1}) == [("fifty%", 2)]
     assert reads.rows(statement, {"word": "again", "number": 2}) == [("again%", 3)]
+    engine.dispose()
+
+
+float32s = st.floats(allow_nan=False, allow_infinity=False, width=32)
+
+
+@given(st.lists(float32s, min_size=1, max_size=40).map(lambda v: np.array(v, dtype=np.float32)))
+def test_a_query_vector_reads_back_exactly_in_both_forms(values: np.ndarray) -> None:
+    parameter = VectorParameter(values)
+    from_binary = decode_reference(parameter.binary(), VECTOR)
+    assert from_binary is not None
+    np.testing.assert_array_equal(from_binary.astype(np.float32), values)
+    text = parameter.text()
+    assert text[0] == "["
+    assert text[-1] == "]"
+    # strtof, as pgvector's vector_in reads each number: the nearest float32 to the decimal.
+    from_text = np.array([float(number) for number in text[1:-1].split(",")]).astype(np.float32)
+    np.testing.assert_array_equal(from_text, values)
+
+
+def test_a_query_vector_goes_as_text_through_sqlalchemy() -> None:
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    engine = sqlalchemy.create_engine("sqlite://")
+    reads = SQLReads(engine)
+    values = np.array([0.5, -1.25, 3.0], dtype=np.float32)
+    rows = reads.rows(sqlalchemy.text("SELECT :query"), {"query": VectorParameter(values)})
+    assert rows == [("[0.5,-1.25,3.0]",)]
     engine.dispose()

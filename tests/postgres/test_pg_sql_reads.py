@@ -6,9 +6,10 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
-from scar_core._sql_reads import SQLReads
+from scar_core._sql_reads import SQLReads, VectorParameter, decode_pgvector_binary
 
 pytestmark = pytest.mark.postgres
 
@@ -19,6 +20,22 @@ STATEMENT = (
     "FROM generate_series(1, :count) AS n ORDER BY n"
 )
 PARAMETERS = {"ids": ["2", "3"], "count": 4}
+#: The query vector's round trip: the server reads it and sends back what it read, in binary.
+VECTOR_STATEMENT = (
+    "SELECT vector_send(CAST(:query AS vector)), halfvec_send(CAST(:query AS halfvec)), :k"
+)
+QUERY = np.array([0.1, -2.5, 1e-30, 6.0e4, -0.0], dtype=np.float32)  # within halfvec's range
+
+
+def assert_vector_read_back(rows: list[Any]) -> None:
+    """The server read the query exactly (and as a halfvec, rounded to half precision)."""
+    [vector] = decode_pgvector_binary([rows[0][0]], np.dtype(">f4"), np.float32)
+    [halfvec] = decode_pgvector_binary([rows[0][1]], np.dtype(">f2"), np.float32)
+    assert vector is not None
+    assert halfvec is not None
+    np.testing.assert_array_equal(vector, QUERY)
+    np.testing.assert_array_equal(halfvec, QUERY.astype(np.float16).astype(np.float32))
+    assert int(rows[0][2]) == 7
 
 
 @pytest.fixture(params=["psycopg", "psycopg2"])
@@ -55,6 +72,22 @@ def test_rows_equal_sqlalchemy_and_the_connection_is_returned_unchanged(engine: 
         connection.exec_driver_sql("INSERT INTO kept VALUES (2)")
         connection.rollback()
         assert connection.exec_driver_sql("SELECT count(*) FROM kept").scalar() == 1
+
+
+def test_a_query_vector_reaches_the_server_exactly(
+    engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Binary on psycopg 3 (also once psycopg prepares the statement), text on psycopg2."""
+    if engine.dialect.driver == "psycopg":
+
+        def no_text(parameter: VectorParameter) -> str:
+            raise AssertionError("psycopg 3 should get the query vector in binary form")
+
+        monkeypatch.setattr(VectorParameter, "text", no_text)
+    reads = SQLReads(engine)
+    statement = sqlalchemy.text(VECTOR_STATEMENT)
+    for _ in range(7):  # psycopg prepares a statement on its sixth run
+        assert_vector_read_back(reads.rows(statement, {"query": VectorParameter(QUERY), "k": 7}))
 
 
 def test_a_failing_statement_leaves_the_pool_usable(engine: Any) -> None:
@@ -105,6 +138,24 @@ def test_async_rows_equal_sync_rows(postgres: Any) -> None:
     sync_engine.dispose()
 
 
+def test_an_async_query_vector_reaches_the_server_exactly(postgres: Any) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    sync_engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    reads = SQLReads(sync_engine)
+
+    async def read() -> list[Any]:
+        engine = create_async_engine(postgres.uri("psycopg"))
+        try:
+            statement = sqlalchemy.text(VECTOR_STATEMENT)
+            return await reads.arows(engine, statement, {"query": VectorParameter(QUERY), "k": 7})
+        finally:
+            await engine.dispose()
+
+    assert_vector_read_back(asyncio.run(read()))
+    sync_engine.dispose()
+
+
 def test_statements_go_through_sqlalchemy_while_something_listens(postgres: Any) -> None:
     """Tracing hooks on the engine (OpenTelemetry, a counter) keep seeing every statement."""
     engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
@@ -137,4 +188,9 @@ def test_statements_go_through_sqlalchemy_on_an_echoing_engine(
         rows = reads.rows(sqlalchemy.text(STATEMENT), PARAMETERS)
     assert [row[0] for row in rows] == [1, 2, 3, 4]
     assert any("generate_series" in record.getMessage() for record in caplog.records)
+    # Through SQLAlchemy the query vector goes as text, and still arrives exactly.
+    vector_rows = reads.rows(
+        sqlalchemy.text(VECTOR_STATEMENT), {"query": VectorParameter(QUERY), "k": 7}
+    )
+    assert_vector_read_back(vector_rows)
     engine.dispose()
