@@ -199,6 +199,33 @@ class NeighborGraph:
                 documents[chunk_id] = document_id
         return cls(links, documents)
 
+    def add(
+        self,
+        chunk_id: str,
+        previous_id: str | None,
+        next_id: str | None,
+        document_id: str | None = None,
+    ) -> None:
+        """Add one chunk's links (replacing any it had), cleaned as the constructor cleans them.
+
+        For a graph that grows as chunks arrive (an adapter's per-query pool), this costs one
+        chunk rather than a rebuild of the whole graph.
+
+        Args:
+            chunk_id: The chunk.
+            previous_id: The chunk before it, or ``None``.
+            next_id: The chunk after it, or ``None``.
+            document_id: Its document, when known (links across documents are refused).
+        """
+        self._links[chunk_id] = (
+            _clean_link(chunk_id, previous_id),
+            _clean_link(chunk_id, next_id),
+        )
+        if document_id is not None:
+            self._documents[chunk_id] = document_id
+        else:
+            self._documents.pop(chunk_id, None)
+
     def __contains__(self, chunk_id: object) -> bool:
         return chunk_id in self._links
 

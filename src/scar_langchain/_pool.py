@@ -7,7 +7,7 @@ Both the plain and the budgeted path of :class:`~scar_langchain.SCARRetriever` f
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +20,7 @@ from scar_core.settings import Direction
 from scar_langchain._links import DEFAULT_KEYS, ChunkLinks, ChunkMetadataKeys, read_links
 from scar_langchain._neighbors import FetchedChunks, SearchHits
 
-__all__ = ["QueryPool", "unidentified_id"]
+__all__ = ["PoolRecords", "QueryPool", "unidentified_id"]
 
 FloatVector = npt.NDArray[np.float64]
 
@@ -59,7 +59,7 @@ class QueryPool:
     exhausted: bool = False
     keys: ChunkMetadataKeys = DEFAULT_KEYS
     chunk_links: dict[str, ChunkLinks] = field(default_factory=dict)
-    _graph: NeighborGraph | None = field(default=None, init=False, repr=False)
+    _graph: NeighborGraph = field(default_factory=lambda: NeighborGraph({}), init=False, repr=False)
     _named_by_position: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
 
     def _remember(self, chunk_id: str, document: Document, links: ChunkLinks | None = None) -> None:
@@ -67,8 +67,8 @@ class QueryPool:
         if chunk_id in self.documents:
             return
         self.documents[chunk_id] = document
-        self.chunk_links[chunk_id] = links or read_links(document, self.keys)
-        self._graph = None
+        chunk = self.chunk_links[chunk_id] = links or read_links(document, self.keys)
+        self._graph.add(chunk_id, chunk.previous_id, chunk.next_id, chunk.document_id)
 
     def add_seeds(self, found: Sequence[Document], size: int) -> None:
         """Record a search's results, best first; the pool is exhausted when it ran short."""
@@ -93,28 +93,22 @@ class QueryPool:
                 self.vectors.setdefault(chunk_id, np.asarray(vector, dtype=np.float64))
 
     def links(self) -> NeighborGraph:
-        """The neighbour graph of every chunk known so far (rebuilt only after new chunks)."""
-        if self._graph is None:
-            links: dict[str, tuple[str | None, str | None]] = {}
-            documents: dict[str, str] = {}
-            for chunk_id, chunk in self.chunk_links.items():
-                links[chunk_id] = (chunk.previous_id, chunk.next_id)
-                if chunk.document_id is not None:
-                    documents[chunk_id] = chunk.document_id
-            self._graph = NeighborGraph(links, documents)
+        """The neighbour graph of every chunk known so far; it grows as chunks arrive."""
         return self._graph
 
-    def unfetched_neighbors(self, direction: Direction, steps: int) -> list[str]:
+    def unfetched_neighbors(self, direction: Direction, steps: int | Sequence[int]) -> list[str]:
         """Ids up to ``steps`` away from a seed that are neither known nor already asked for.
 
-        The walk passes only through known chunks, so calling this once per step, after fetching
-        what the previous call returned, discovers one ring of neighbours at a time.
+        ``steps`` is one depth for every seed, or one per seed (by rank). The walk passes only
+        through known chunks, so each call, after fetching what the previous call returned,
+        discovers one more ring along every chain that is still short of its depth.
         """
         graph = self.links()
+        depths = [steps] * len(self.seeds) if isinstance(steps, int) else steps
         wanted: dict[str, None] = {}
-        for seed in self.seeds:
+        for seed, depth in zip(self.seeds, depths, strict=True):
             for step in steps_for(direction):
-                for chunk_id in graph.walk(seed, step, steps):
+                for chunk_id in graph.walk(seed, step, depth):
                     if chunk_id not in self.documents and chunk_id not in self.requested:
                         wanted[chunk_id] = None
         return list(wanted)
@@ -177,16 +171,41 @@ class QueryPool:
             if chunk_id in self.documents:
                 self.vectors.setdefault(chunk_id, np.asarray(vector, dtype=np.float64))
 
-    def records(self) -> dict[str, ChunkRecord]:
-        """Text and position of every known chunk, for passage assembly."""
-        records: dict[str, ChunkRecord] = {}
-        for chunk_id, document in self.documents.items():
-            chunk = self.chunk_links[chunk_id]
-            records[chunk_id] = ChunkRecord(
+    def records(self) -> PoolRecords:
+        """Text and position of every known chunk, for passage assembly (made when looked up)."""
+        return PoolRecords(self)
+
+
+class PoolRecords(Mapping[str, ChunkRecord]):
+    """The :class:`~scar_core.assembly.ChunkRecord` of each chunk a pool knows, by id.
+
+    A record is made the first time it is looked up: assembly looks up the selected chunks
+    only, a fraction of what the pool holds.
+
+    Args:
+        pool: The query's pool.
+    """
+
+    def __init__(self, pool: QueryPool) -> None:
+        self._pool = pool
+        self._made: dict[str, ChunkRecord] = {}
+
+    def __getitem__(self, chunk_id: str) -> ChunkRecord:
+        record = self._made.get(chunk_id)
+        if record is None:
+            document = self._pool.documents[chunk_id]
+            chunk = self._pool.chunk_links[chunk_id]
+            record = self._made[chunk_id] = ChunkRecord(
                 chunk_id=chunk_id,
                 text=document.page_content,
                 document_id=chunk.document_id,
                 position=chunk.position,
                 start_index=chunk.start_index,
             )
-        return records
+        return record
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pool.documents)
+
+    def __len__(self) -> int:
+        return len(self._pool.documents)

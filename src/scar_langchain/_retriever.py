@@ -756,7 +756,7 @@ class _BudgetRequest:
 class _Selection:
     result: ExpansionResult | None
     passages: list[Passage]
-    records: dict[str, ChunkRecord]
+    records: Mapping[str, ChunkRecord]
     graph: NeighborGraph | None
     complete: bool
 

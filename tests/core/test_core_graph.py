@@ -62,3 +62,35 @@ def test_bad_targets_are_dropped_not_followed() -> None:
     assert graph.step("a", "next") is None
     assert graph.step("b", "next") is None
     assert graph.step("unknown", "next") is None
+
+
+links_pairs = st.dictionaries(
+    st.sampled_from("abcdef"),
+    st.tuples(
+        st.sampled_from([None, "", "a", "b", "c", "d", "e", "f"]),
+        st.sampled_from([None, "", "a", "b", "c", "d", "e", "f"]),
+        st.sampled_from([None, "doc1", "doc2"]),
+    ),
+)
+
+
+@given(links_pairs, links_pairs)
+def test_a_graph_grown_chunk_by_chunk_equals_one_built_at_once(
+    first: dict[str, tuple[str | None, str | None, str | None]],
+    second: dict[str, tuple[str | None, str | None, str | None]],
+) -> None:
+    """add() cleans as the constructor does, and a later add replaces a chunk's links."""
+    grown = NeighborGraph({})
+    for batch in (first, second):
+        for chunk_id, (previous, following, document) in batch.items():
+            grown.add(chunk_id, previous, following, document)
+    final = {**first, **second}
+    built = NeighborGraph(
+        {chunk_id: (previous, following) for chunk_id, (previous, following, _) in final.items()},
+        {chunk_id: document for chunk_id, (_, _, document) in final.items() if document},
+    )
+    for chunk_id in "abcdefg":
+        assert (chunk_id in grown) == (chunk_id in built)
+        assert grown.document_of(chunk_id) == built.document_of(chunk_id)
+        for direction in ("previous", "next"):
+            assert grown.step(chunk_id, direction) == built.step(chunk_id, direction)

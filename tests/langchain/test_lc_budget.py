@@ -418,23 +418,22 @@ def test_the_prefetch_is_shallower_when_chunk_vectors_are_embedded(
     assert set(store.lookups[0]) == expected
 
 
-def test_the_best_three_hits_are_prefetched_deeper_than_the_rest() -> None:
-    """Five hits, one per document, ranked d0 > d1 > ... > d4: five rings around the first
-    three, three rings around the others, all in the first lookup."""
-    documents = {f"d{d}": [f"d{d}p{i}" for i in range(14)] for d in range(5)}
+def test_the_prefetch_is_deeper_around_better_ranked_hits() -> None:
+    """Seven hits, one per document, ranked d0 > d1 > ... > d6, with a budget of 10: five rings
+    around the first three, three rings around the rest of the better half of the budget (ranks
+    4 and 5), one ring around ranks 6 and 7; all in the first lookup."""
+    documents = {f"d{d}": [f"d{d}p{i}" for i in range(14)] for d in range(7)}
     table = {"q": [1.0, 0.0]}
     for d, texts in enumerate(documents.values()):
         for i, text in enumerate(texts):
             table[text] = _unit(2.0 + d) if i == 7 else _unit(60.0 + d + i)
     store, chunks = _linked_store(table, documents)
-    SCARRetriever(vectorstore=store, k=5, budget=10, fetch_k=5).invoke("q")
-    assert store.search_sizes == [5]
+    SCARRetriever(vectorstore=store, k=7, budget=10, fetch_k=7).invoke("q")
+    assert store.search_sizes == [7]
+    rings = {0: 5, 1: 5, 2: 5, 3: 3, 4: 3, 5: 1, 6: 1}
     by_text = {c.page_content: c.id for c in chunks}
     expected = {
-        by_text[f"d{d}p{i}"]
-        for d in range(5)
-        for i in (range(2, 13) if d < 3 else range(4, 11))
-        if i != 7
+        by_text[f"d{d}p{i}"] for d in range(7) for i in range(7 - rings[d], 8 + rings[d]) if i != 7
     }
     assert set(store.lookups[0]) == expected
 
