@@ -3,7 +3,7 @@
 For each corpus size and dimension, in memory and on pgvector, this times per query:
 
 * LangChain: ``store.as_retriever(k=K)`` against ``SCARRetriever`` on the same store, in plain
-  mode (``budget=None, k=4``: the first search asks for 2k = 8 hits, so K = 8) and in the
+  mode (``budget=None, k=4``: the first search asks for 3k = 12 hits, so K = 12) and in the
   default budget mode (``budget=10``: the search asks for 10 hits, so K = 10). On pgvector SCAR
   runs with its default sources (``get_by_ids`` for neighbours, the store's ``get`` for vectors,
   text-encoded) and with ``search_source=PGVectorChunks`` (its search returns the hits' vectors
@@ -69,7 +69,7 @@ def langchain_contenders(
     store: Any, query_texts: list[str], chunks: PGVectorChunks | None
 ) -> dict[str, Callable[[int], object]]:
     retrievers: dict[str, Any] = {
-        "plain k=8": store.as_retriever(search_kwargs={"k": 8}),
+        "plain k=12": store.as_retriever(search_kwargs={"k": 12}),
         "SCAR plain (budget=None, k=4)": SCARRetriever(vectorstore=store, budget=None, k=4),
         "plain k=10": store.as_retriever(search_kwargs={"k": 10}),
         "SCAR budget=10": SCARRetriever(vectorstore=store),
@@ -133,8 +133,8 @@ def langchain_rows(
     statements: dict[str, float] | None = None,
 ) -> list[list[object]]:
     pairs = [
-        ("SCAR plain (budget=None, k=4)", "plain k=8"),
-        ("SCAR plain + search_source=PGVectorChunks", "plain k=8"),
+        ("SCAR plain (budget=None, k=4)", "plain k=12"),
+        ("SCAR plain + search_source=PGVectorChunks", "plain k=12"),
         ("SCAR budget=10", "plain k=10"),
         ("SCAR budget=10 + search_source=PGVectorChunks", "plain k=10"),
     ]

@@ -20,7 +20,7 @@ from scar_core.settings import Direction
 from scar_langchain._links import DEFAULT_KEYS, ChunkLinks, ChunkMetadataKeys, read_links
 from scar_langchain._neighbors import FetchedChunks, SearchHits
 
-__all__ = ["PoolRecords", "QueryPool", "unidentified_id"]
+__all__ = ["PoolRecords", "QueryPool", "seeds_for_passages", "unidentified_id"]
 
 FloatVector = npt.NDArray[np.float64]
 
@@ -209,3 +209,25 @@ class PoolRecords(Mapping[str, ChunkRecord]):
 
     def __len__(self) -> int:
         return len(self._pool.documents)
+
+
+def seeds_for_passages(pool: QueryPool, passages: int, at_least: int = 0) -> int:
+    """How many of the best seeds plain mode needs, at least, for ``passages`` passages.
+
+    The fewest best seeds (no fewer than ``at_least``) whose runs of adjacent seeds number
+    ``passages``, or all the seeds when they never do. Seeds linked to each other end up in one passage, so plain mode needs at least this many
+    seeds for ``passages`` passages; expansion can join runs further, which a later try meets.
+    Only the seeds' own links are read: nothing is fetched.
+    """
+    graph = pool.links()
+    taken: set[str] = set()
+    runs = 0
+    for count, seed in enumerate(pool.seeds, start=1):
+        joined = sum(
+            1 for direction in ("previous", "next") if graph.step(seed, direction) in taken
+        )
+        runs += 1 - joined
+        taken.add(seed)
+        if count >= at_least and runs >= passages:
+            return count
+    return len(pool.seeds)

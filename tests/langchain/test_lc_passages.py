@@ -121,11 +121,29 @@ def test_merged_seeds_make_one_passage_and_further_seeds_fill_k() -> None:
     assert store.search_sizes == [2, 4]
 
 
-def test_default_pool_is_twice_k_so_no_second_search_is_needed_here() -> None:
+def test_default_pool_is_three_times_k_so_no_second_search_is_needed_here() -> None:
     store, _ = _merging_store()
     docs = SCARRetriever(vectorstore=store, budget=None, k=2).invoke("q")
     assert len(docs) == 2
+    assert store.search_sizes == [6]
+
+
+def test_only_the_seeds_needed_for_k_passages_are_expanded() -> None:
+    """Hits a1 > a2 > b0 > d1 for k=2: a1 and a2 are adjacent (one run), so three seeds are
+    needed. Only their neighbours are fetched (a0, a3, b1), not d1's, in one lookup."""
+    table = {**MERGING, "d0": [0.0, 1.0, 0.0], "d1": [0.5, 0.0, 0.866], "d2": [0.0, 0.0, 1.0]}
+    chunks = link_chunks(
+        chain_documents("a", ["a0", "a1", "a2", "a3"])
+        + chain_documents("b", ["b0", "b1"])
+        + chain_documents("d", ["d0", "d1", "d2"])
+    )
+    store = CountingStore(TableEmbeddings(table))
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+    ids = {c.page_content: c.id for c in chunks}
+    docs = SCARRetriever(vectorstore=store, budget=None, k=2, fetch_k=4).invoke("q")
+    assert [d.page_content for d in docs] == ["a1\na2", "b0"]
     assert store.search_sizes == [4]
+    assert [set(lookup) for lookup in store.lookups] == [{ids["a0"], ids["a3"], ids["b1"]}]
 
 
 def test_fewer_passages_than_k_when_the_store_runs_out() -> None:
