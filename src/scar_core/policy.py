@@ -378,10 +378,11 @@ def unit_vector_or_problem(
     except (TypeError, ValueError) as exc:
         return None, f"it is not numeric ({exc})"
     if array.ndim == 1 and array.shape[0] == dimension:
-        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            squared = float(array @ array)
-        # np.linalg.norm of a 1-D float64 array is sqrt(x . x): the result is bit for bit
-        # as_unit_vector's whenever the norm lies in its plain range.
+        # vdot is the BLAS dot product np.linalg.norm takes of a 1-D float64 array (sqrt(x . x)),
+        # so the result is bit for bit as_unit_vector's whenever the norm lies in its plain
+        # range; unlike x @ x it raises no floating-point warning (an overflow is just inf, which
+        # the range check sends to the slow path), so no errstate is needed.
+        squared = float(np.vdot(array, array))
         if _SAFE_SQUARED_LOW < squared < _SAFE_SQUARED_HIGH:
             unit: npt.NDArray[np.float64] = array / math.sqrt(squared)
             return unit, None

@@ -203,3 +203,35 @@ def test_deterministic_and_blind_to_vector_scale_and_mapping_order(
     np.testing.assert_allclose(
         [d.score for d in rescaled.decisions], [d.score for d in first.decisions], atol=1e-9
     )
+
+
+any_magnitude = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(min_value=-1e-160, max_value=1e-160),
+    st.floats(min_value=-1e160, max_value=1e160),
+)
+
+
+@given(st.lists(any_magnitude, min_size=1, max_size=8), st.booleans())
+def test_the_fast_unit_vector_equals_the_checked_one_bit_for_bit(
+    values: list[float], strided: bool
+) -> None:
+    """unit_vector_or_problem (one dot product) against vector_problem + as_unit_vector, for
+    vectors of any magnitude, contiguous or not; no floating-point warning escapes (pytest turns
+    warnings into errors)."""
+    from scar_core.policy import unit_vector_or_problem, vector_problem
+    from scar_core.scoring import as_unit_vector
+
+    array = np.array(values, dtype=np.float64)
+    if strided:
+        array = np.repeat(array, 2)[::2]
+    unit, problem = unit_vector_or_problem(array, len(values))
+    expected_problem = vector_problem(array, len(values))
+    assert problem == expected_problem
+    if expected_problem is None:
+        assert unit is not None
+        with np.errstate(over="ignore", under="ignore"):
+            expected = as_unit_vector(array)
+        np.testing.assert_array_equal(unit, expected)
+    else:
+        assert unit is None
