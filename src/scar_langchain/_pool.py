@@ -223,10 +223,8 @@ def seeds_for_passages(pool: QueryPool, passages: int, at_least: int = 0) -> int
     taken: set[str] = set()
     runs = 0
     for count, seed in enumerate(pool.seeds, start=1):
-        joined = sum(
-            1 for direction in ("previous", "next") if graph.step(seed, direction) in taken
-        )
-        runs += 1 - joined
+        neighbors = (graph.step(seed, step) for step in steps_for("both"))
+        runs += 1 - sum(1 for neighbor in neighbors if neighbor is not None and neighbor in taken)
         taken.add(seed)
         if count >= at_least and runs >= passages:
             return count
