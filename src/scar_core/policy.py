@@ -378,6 +378,10 @@ def unit_vector_or_problem(
     except (TypeError, ValueError) as exc:
         return None, f"it is not numeric ({exc})"
     if array.ndim == 1 and array.shape[0] == dimension:
+        if not array.flags.c_contiguous:
+            # np.linalg.norm takes its dot product on a contiguous copy; a strided one can sum
+            # in another order and differ in the last bit.
+            array = array.copy()
         # vdot is the BLAS dot product np.linalg.norm takes of a 1-D float64 array (sqrt(x . x)),
         # so the result is bit for bit as_unit_vector's whenever the norm lies in its plain
         # range; unlike x @ x it raises no floating-point warning (an overflow is just inf, which
