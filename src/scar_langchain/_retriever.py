@@ -160,6 +160,9 @@ class SCARRetriever(BaseRetriever):
     Key init args — plain mode (``budget=None``):
         k: int
             Passages to return (default 3).
+        fetch_k: int | None
+            Hits of the first search (default ``3 * k``); only the best ones needed for ``k``
+            passages are expanded, and a second search runs only when all merge into fewer.
         gamma: float
             Relative threshold in ``(0, 1]`` (paper: 0.8; lower expands more).
         window: int | None
