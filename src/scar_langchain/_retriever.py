@@ -472,11 +472,12 @@ class SCARRetriever(BaseRetriever):
                 expanded = seeds_for_passages(pool, request.k)
                 while True:
                     for steps in range(1, request.settings.window + 1):
+                        # A ring the pool already holds (hits next to hits) may lead to one
+                        # it does not: every ring up to the window is looked at.
                         depths = _plain_depths(pool, expanded, steps)
                         wanted = pool.unfetched_neighbors(request.settings.direction, depths)
-                        if not wanted:
-                            break
-                        pool.add_fetched(wanted, self._fetch(wanted))
+                        if wanted:
+                            pool.add_fetched(wanted, self._fetch(wanted))
                     self._add_vectors(pool)
                     selection = _select_plain(pool, request, expanded)
                     if selection.complete or expanded >= len(pool.seeds):
@@ -587,11 +588,12 @@ class SCARRetriever(BaseRetriever):
                 expanded = seeds_for_passages(pool, request.k)
                 while True:
                     for steps in range(1, request.settings.window + 1):
+                        # A ring the pool already holds (hits next to hits) may lead to one
+                        # it does not: every ring up to the window is looked at.
                         depths = _plain_depths(pool, expanded, steps)
                         wanted = pool.unfetched_neighbors(request.settings.direction, depths)
-                        if not wanted:
-                            break
-                        pool.add_fetched(wanted, await self._afetch(wanted))
+                        if wanted:
+                            pool.add_fetched(wanted, await self._afetch(wanted))
                     await self._aadd_vectors(pool)
                     selection = _select_plain(pool, request, expanded)
                     if selection.complete or expanded >= len(pool.seeds):

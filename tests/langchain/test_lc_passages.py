@@ -1,5 +1,6 @@
 """Passages: stitched in document order with overlap removed; k counts passages."""
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,6 +10,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 from lc_fakes import CountingEmbeddings, TableEmbeddings, chain_documents
 
+from scar_core import NeighborGraph, expand
 from scar_core.errors import InvalidSettingsError
 from scar_langchain import SCARRetriever, link_chunks
 
@@ -267,3 +269,29 @@ def test_one_search_and_one_lookup_per_step_when_seeds_do_not_merge(window: int)
     assert [d.page_content for d in docs] == ["0-2", "1-2", "2-2"]
     assert store.search_sizes == [3]
     assert len(store.lookups) == window
+
+
+def _unit(degrees: float) -> list[float]:
+    return [math.cos(math.radians(degrees)), math.sin(math.radians(degrees))]
+
+
+@pytest.mark.parametrize("fetch_k", [1, 3, 6])
+def test_a_second_ring_is_fetched_even_when_the_first_is_all_search_hits(fetch_k: int) -> None:
+    """Window 2 around a2: its first ring (a1, a3) are search hits themselves once fetch_k >= 3,
+    and a0, two steps away, must still be fetched and decided, as with full knowledge."""
+    angles = {"a0": 20.0, "a1": 8.0, "a2": 1.0, "a3": 9.0, "a4": 80.0, "a5": 85.0}
+    table = {"q": _unit(0.0), **{text: _unit(angle) for text, angle in angles.items()}}
+    chunks = link_chunks(chain_documents("a", list(angles)))
+    store = CountingStore(TableEmbeddings(table))
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+    [passage] = SCARRetriever(
+        vectorstore=store, budget=None, k=1, window=2, gamma=0.5, fetch_k=fetch_k
+    ).invoke("q")
+    graph = NeighborGraph.from_sequences({"a": [c.id for c in chunks]})
+    vectors = {c.id: table[c.page_content] for c in chunks}
+    best = max(chunks, key=lambda c: table[c.page_content][0])
+    full = expand(table["q"], [best.id], graph, vectors, lambda_=0.1, gamma=0.5, window=2)
+    assert passage.metadata["scar_chunk_ids"] == [
+        c.id for c in chunks if c.id in set(full.chunk_ids)
+    ]
+    assert passage.page_content == "a0\na1\na2\na3"
