@@ -790,9 +790,12 @@ def _select_plain(pool: QueryPool, request: _PlainRequest, limit: int) -> _Selec
     """Expand the fewest best seeds that give ``k`` passages (or the first ``limit``, if fewer).
 
     Adding one seed adds at most one passage (it can only join or extend runs around itself),
-    so the count of seeds still needed is at least the count of passages missing. Only the
-    first ``limit`` seeds have their neighbours fetched; an incomplete selection says in
-    ``seeds_next`` how many seeds the next try needs at least.
+    so the count of seeds still needed is at least the count of passages missing; and fewer
+    seeds than :func:`~scar_langchain._pool.seeds_for_passages` counts hold fewer than ``k``
+    runs of adjacent seeds, so fewer passages. Starting there and stepping by the passages
+    missing never passes the fewest seeds that suffice. Only the first ``limit`` seeds have
+    their neighbours fetched; an incomplete selection says in ``seeds_next`` how many seeds the
+    next try needs at least.
     """
     graph = pool.links()
     records = pool.records()
@@ -800,7 +803,7 @@ def _select_plain(pool: QueryPool, request: _PlainRequest, limit: int) -> _Selec
         return _Selection(None, [], records, graph, complete=True)
     policy = ScarPolicy(request.settings)
     limit = min(limit, len(pool.seeds))
-    used = min(request.k, limit)
+    used = min(seeds_for_passages(pool, request.k), limit)
     while True:
         result = policy.expand(pool.query_vector, pool.seeds[:used], graph, pool.vectors)
         passages = assemble_passages(result, records, graph)
