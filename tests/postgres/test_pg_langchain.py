@@ -352,6 +352,9 @@ def test_pg_search_source_settings_are_checked(setup: Setup) -> None:
         chunks.search_with_vectors(vector, k=0)
     with pytest.raises(InvalidSettingsError, match="finite"):
         chunks.search_with_vectors([float("nan")] * len(vector), k=3)
+    # Finite as float64 but beyond float32, the column's precision.
+    with pytest.raises(InvalidSettingsError, match="finite float32"):
+        chunks.search_with_vectors([1e39] * len(vector), k=3)
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
