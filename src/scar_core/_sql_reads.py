@@ -21,6 +21,7 @@ pgvector's binary form (a few microseconds); everywhere else it is written as pg
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -86,25 +87,25 @@ def _as_text(parameters: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-_BINARY_DUMPER: type | None = None
+@functools.cache
+def _binary_dumper() -> type:
+    """The psycopg 3 dumper for :class:`VectorParameter` (made once, on first use)."""
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    class _VectorBinaryDumper(Dumper):
+        format = Format.BINARY
+        oid = 0  # no type: the statement's CAST names it, whatever OID the extension got
+
+        def dump(self, obj: Any) -> bytes:
+            return obj.binary()  # type: ignore[no-any-return]
+
+    return _VectorBinaryDumper
 
 
 def _with_binary_vectors(cursor: Any) -> Any:
     """Let a psycopg 3 cursor send :class:`VectorParameter` values in binary form."""
-    global _BINARY_DUMPER
-    if _BINARY_DUMPER is None:
-        from psycopg.adapt import Dumper
-        from psycopg.pq import Format
-
-        class _VectorBinaryDumper(Dumper):
-            format = Format.BINARY
-            oid = 0  # no type: the statement's CAST names it, whatever OID the extension got
-
-            def dump(self, obj: Any) -> bytes:
-                return obj.binary()  # type: ignore[no-any-return]
-
-        _BINARY_DUMPER = _VectorBinaryDumper
-    cursor.adapters.register_dumper(VectorParameter, _BINARY_DUMPER)
+    cursor.adapters.register_dumper(VectorParameter, _binary_dumper())
     return cursor
 
 

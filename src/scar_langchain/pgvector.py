@@ -55,6 +55,9 @@ _DISTANCE_OPERATORS: dict[str, str] = {"cosine": "<=>", "euclidean": "<->", "inn
 #: A UUID as PostgreSQL prints it (lower case, hyphenated).
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
+#: The most dimensions a pgvector ``vector`` or ``halfvec`` column can have.
+PGVECTOR_MAX_DIMENSIONS = 16_000
+
 #: The big-endian element type of pgvector's binary form, by column type.
 _BINARY_DTYPE: dict[str, np.dtype[Any]] = {"vector": np.dtype(">f4"), "halfvec": np.dtype(">f2")}
 
@@ -392,6 +395,11 @@ class PGVectorChunks:
             raise InvalidSettingsError(
                 "the query vector must be a non-empty 1-D array of finite float32 numbers; got "
                 f"shape {values.shape}. Check the embedding model's output."
+            )
+        if values.size > PGVECTOR_MAX_DIMENSIONS:
+            raise InvalidSettingsError(
+                f"the query vector has {values.size} dimensions; a pgvector column holds at most "
+                f"{PGVECTOR_MAX_DIMENSIONS}. Check the embedding model's output."
             )
         return {"query": VectorParameter(values), "k": k}
 

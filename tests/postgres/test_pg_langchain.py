@@ -355,6 +355,8 @@ def test_pg_search_source_settings_are_checked(setup: Setup) -> None:
     # Finite as float64 but beyond float32, the column's precision.
     with pytest.raises(InvalidSettingsError, match="finite float32"):
         chunks.search_with_vectors([1e39] * len(vector), k=3)
+    with pytest.raises(InvalidSettingsError, match="16001 dimensions"):
+        chunks.search_with_vectors([0.5] * 16_001, k=3)
 
 
 @pytest.mark.parametrize("distance", ["euclidean", "inner_product"])
