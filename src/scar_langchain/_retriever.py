@@ -469,20 +469,13 @@ class SCARRetriever(BaseRetriever):
             else:
                 pool.add_seeds(self._search(query, pool.query_vector, size, run_manager), size)
             try:
-                expanded = seeds_for_passages(pool, request.k)
+                run = _PlainRun(pool, request)
                 while True:
-                    for steps in range(1, request.settings.window + 1):
-                        # A ring the pool already holds (hits next to hits) may lead to one
-                        # it does not: every ring up to the window is looked at.
-                        depths = _plain_depths(pool, expanded, steps)
-                        wanted = pool.unfetched_neighbors(request.settings.direction, depths)
-                        if wanted:
-                            pool.add_fetched(wanted, self._fetch(wanted))
+                    while (wanted := run.fetch_request()) is not None:
+                        pool.add_fetched(wanted, self._fetch(wanted))
                     self._add_vectors(pool)
-                    selection = _select_plain(pool, request, expanded)
-                    if selection.complete or expanded >= len(pool.seeds):
+                    if (selection := run.attempt()) is not None:
                         break
-                    expanded = seeds_for_passages(pool, request.k, selection.seeds_next)
             except Exception as exc:
                 return self._seeds_only(pool, request.k, "plain", exc)
             if selection.complete or pool.exhausted:
@@ -585,20 +578,13 @@ class SCARRetriever(BaseRetriever):
                 found = await self._asearch(query, pool.query_vector, size, run_manager)
                 pool.add_seeds(found, size)
             try:
-                expanded = seeds_for_passages(pool, request.k)
+                run = _PlainRun(pool, request)
                 while True:
-                    for steps in range(1, request.settings.window + 1):
-                        # A ring the pool already holds (hits next to hits) may lead to one
-                        # it does not: every ring up to the window is looked at.
-                        depths = _plain_depths(pool, expanded, steps)
-                        wanted = pool.unfetched_neighbors(request.settings.direction, depths)
-                        if wanted:
-                            pool.add_fetched(wanted, await self._afetch(wanted))
+                    while (wanted := run.fetch_request()) is not None:
+                        pool.add_fetched(wanted, await self._afetch(wanted))
                     await self._aadd_vectors(pool)
-                    selection = _select_plain(pool, request, expanded)
-                    if selection.complete or expanded >= len(pool.seeds):
+                    if (selection := run.attempt()) is not None:
                         break
-                    expanded = seeds_for_passages(pool, request.k, selection.seeds_next)
             except Exception as exc:
                 return self._seeds_only(pool, request.k, "plain", exc)
             if selection.complete or pool.exhausted:
@@ -821,9 +807,49 @@ def _select_plain(pool: QueryPool, request: _PlainRequest, limit: int) -> _Selec
     )
 
 
-def _plain_depths(pool: QueryPool, expanded: int, steps: int) -> list[int]:
-    """Walk ``steps`` from each of the first ``expanded`` seeds, and not from the others."""
-    return [steps if rank < expanded else 0 for rank in range(len(pool.seeds))]
+class _PlainRun:
+    """The fetch plan and the selection of one plain-mode query over the current search hits.
+
+    Drive it as: fetch what :meth:`fetch_request` asks for until it returns ``None``; supply
+    vectors for the pool's new chunks; call :meth:`attempt`. ``None`` from it means more seeds
+    must be expanded: fetch again, and so on. Only the seeds the selection can need have their
+    neighbourhoods fetched, starting with as many as :func:`seeds_for_passages` counts.
+
+    Args:
+        pool: The query's pool, holding the search hits (best first) as its seeds.
+        request: The plain-mode settings.
+    """
+
+    def __init__(self, pool: QueryPool, request: _PlainRequest) -> None:
+        self.pool = pool
+        self.request = request
+        self.expanded = seeds_for_passages(pool, request.k)
+        self._ring = 0
+
+    def fetch_request(self) -> list[str] | None:
+        """Return the next ring of neighbours to fetch, or ``None`` when every ring is known.
+
+        A ring the pool already holds (hits next to hits) may lead to one it does not, so every
+        ring up to the window is looked at.
+        """
+        while self._ring < self.request.settings.window:
+            self._ring += 1
+            depths = [
+                self._ring if rank < self.expanded else 0 for rank in range(len(self.pool.seeds))
+            ]
+            wanted = self.pool.unfetched_neighbors(self.request.settings.direction, depths)
+            if wanted:
+                return wanted
+        return None
+
+    def attempt(self) -> _Selection | None:
+        """Select over what the pool holds; ``None`` when more seeds must be expanded first."""
+        selection = _select_plain(self.pool, self.request, self.expanded)
+        if selection.complete or self.expanded >= len(self.pool.seeds):
+            return selection
+        self.expanded = seeds_for_passages(self.pool, self.request.k, selection.seeds_next)
+        self._ring = 0
+        return None
 
 
 def _holds_seed(passage: Passage) -> bool:
