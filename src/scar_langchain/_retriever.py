@@ -82,8 +82,8 @@ Mode = Literal["budget", "plain"]
 _ON_ERROR: tuple[str, ...] = ("raise", "return_seeds")
 #: Plain mode's first search asks for this many hits per passage wanted (``fetch_k`` = 3k) and
 #: expands only the best seeds needed. Seeds merge into fewer passages when hits are adjacent:
-#: with 2k hits, 58 % of 200 queries on the end-to-end benchmark's 10k x 1536 corpus (a one-off
-#: count, in memory) needed a second search, which costs as much as the first.
+#: with 2k hits, 200 queries on the end-to-end benchmark's 10k x 1536 corpus averaged 1.58
+#: searches each (a one-off count, in memory), and a further search costs as much as the first.
 PLAIN_POOL_PER_SEED = 3
 
 
