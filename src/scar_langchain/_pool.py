@@ -215,9 +215,10 @@ def seeds_for_passages(pool: QueryPool, passages: int, at_least: int = 0) -> int
     """How many of the best seeds plain mode needs, at least, for ``passages`` passages.
 
     The fewest best seeds (no fewer than ``at_least``) whose runs of adjacent seeds number
-    ``passages``, or all the seeds when they never do. Seeds linked to each other end up in one passage, so plain mode needs at least this many
-    seeds for ``passages`` passages; expansion can join runs further, which a later try meets.
-    Only the seeds' own links are read: nothing is fetched.
+    ``passages``, or all the seeds when they never do. Seeds linked to each other end up in one
+    passage, so plain mode needs at least this many seeds for ``passages`` passages; expansion
+    can join runs further, which a later try meets. Only the seeds' own links are read: nothing
+    is fetched.
     """
     graph = pool.links()
     taken: set[str] = set()

@@ -772,16 +772,17 @@ class _Selection:
     seeds_next: int = 0
 
 
-def _select_plain(pool: QueryPool, request: _PlainRequest, limit: int) -> _Selection:
+def _select_plain(pool: QueryPool, request: _PlainRequest, start: int, limit: int) -> _Selection:
     """Expand the fewest best seeds that give ``k`` passages (or the first ``limit``, if fewer).
 
-    Adding one seed adds at most one passage (it can only join or extend runs around itself),
-    so the count of seeds still needed is at least the count of passages missing; and fewer
-    seeds than :func:`~scar_langchain._pool.seeds_for_passages` counts hold fewer than ``k``
-    runs of adjacent seeds, so fewer passages. Starting there and stepping by the passages
-    missing never passes the fewest seeds that suffice. Only the first ``limit`` seeds have
-    their neighbours fetched; an incomplete selection says in ``seeds_next`` how many seeds the
-    next try needs at least.
+    ``start`` must be a count of seeds known to be too few or just enough, such as
+    :func:`~scar_langchain._pool.seeds_for_passages`' (fewer seeds hold fewer than ``k`` runs of
+    adjacent seeds, so fewer passages). Adding one seed adds at most one passage (it can only
+    join or extend runs around itself), so the count of seeds still needed is at least the
+    count of passages missing: starting at ``start`` and stepping by the passages missing never
+    passes the fewest seeds that suffice. Only the first ``limit`` seeds have their neighbours
+    fetched; an incomplete selection says in ``seeds_next`` how many seeds the next try needs
+    at least.
     """
     graph = pool.links()
     records = pool.records()
@@ -789,7 +790,7 @@ def _select_plain(pool: QueryPool, request: _PlainRequest, limit: int) -> _Selec
         return _Selection(None, [], records, graph, complete=True)
     policy = ScarPolicy(request.settings)
     limit = min(limit, len(pool.seeds))
-    used = min(seeds_for_passages(pool, request.k), limit)
+    used = min(start, limit)
     while True:
         result = policy.expand(pool.query_vector, pool.seeds[:used], graph, pool.vectors)
         passages = assemble_passages(result, records, graph)
@@ -823,7 +824,11 @@ class _PlainRun:
     def __init__(self, pool: QueryPool, request: _PlainRequest) -> None:
         self.pool = pool
         self.request = request
-        self.expanded = seeds_for_passages(pool, request.k)
+        #: The fewest seeds that can give ``k`` passages, as far as is known: where the next
+        #: selection starts.
+        self._start = seeds_for_passages(pool, request.k)
+        #: The seeds whose neighbourhoods are fetched.
+        self.expanded = self._start
         self._ring = 0
 
     def fetch_request(self) -> list[str] | None:
@@ -844,10 +849,11 @@ class _PlainRun:
 
     def attempt(self) -> _Selection | None:
         """Select over what the pool holds; ``None`` when more seeds must be expanded first."""
-        selection = _select_plain(self.pool, self.request, self.expanded)
+        selection = _select_plain(self.pool, self.request, self._start, self.expanded)
         if selection.complete or self.expanded >= len(self.pool.seeds):
             return selection
-        self.expanded = seeds_for_passages(self.pool, self.request.k, selection.seeds_next)
+        self._start = selection.seeds_next
+        self.expanded = seeds_for_passages(self.pool, self.request.k, self._start)
         self._ring = 0
         return None
 
