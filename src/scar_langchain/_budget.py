@@ -24,11 +24,12 @@ predictions only decide what is fetched early, never what the walk follows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from scar_core._lazy import LazyValues
 from scar_core.budget import BudgetSettings, select_within_budget
 from scar_core.graph import NeighborGraph, Step, steps_for
 from scar_core.policy import ExpansionResult
@@ -153,7 +154,7 @@ class PoolVectors:
         return found
 
 
-class PoolTokenCounts(Mapping[str, int]):
+class PoolTokenCounts(LazyValues[int]):
     """Token counts of the pool's chunks, counted on first use and kept for the query.
 
     Args:
@@ -162,22 +163,10 @@ class PoolTokenCounts(Mapping[str, int]):
     """
 
     def __init__(self, pool: QueryPool, count_tokens: TokenCounter) -> None:
-        self._pool = pool
-        self._count_tokens = count_tokens
-        self._counts: dict[str, int] = {}
-
-    def __getitem__(self, chunk_id: str) -> int:
-        count = self._counts.get(chunk_id)
-        if count is None:
-            document = self._pool.documents[chunk_id]
-            count = self._counts[chunk_id] = self._count_tokens(document.page_content)
-        return count
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._pool.documents)
-
-    def __len__(self) -> int:
-        return len(self._pool.documents)
+        super().__init__(
+            pool.documents,
+            lambda chunk_id: count_tokens(pool.documents[chunk_id].page_content),
+        )
 
 
 class BudgetRun:

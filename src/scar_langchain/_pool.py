@@ -7,20 +7,21 @@ Both the plain and the budgeted path of :class:`~scar_langchain.SCARRetriever` f
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 from langchain_core.documents import Document
 
+from scar_core._lazy import LazyValues
 from scar_core.assembly import ChunkRecord
 from scar_core.graph import NeighborGraph, Step, chunk_id_for, steps_for
 from scar_core.settings import Direction
 from scar_langchain._links import DEFAULT_KEYS, ChunkLinks, ChunkMetadataKeys, read_links
 from scar_langchain._neighbors import FetchedChunks, SearchHits
 
-__all__ = ["PoolRecords", "QueryPool", "seeds_for_passages", "unidentified_id"]
+__all__ = ["QueryPool", "seeds_for_passages", "unidentified_id"]
 
 FloatVector = npt.NDArray[np.float64]
 
@@ -171,44 +172,24 @@ class QueryPool:
             if chunk_id in self.documents:
                 self.vectors.setdefault(chunk_id, np.asarray(vector, dtype=np.float64))
 
-    def records(self) -> PoolRecords:
-        """Text and position of every known chunk, for passage assembly (made when looked up)."""
-        return PoolRecords(self)
+    def records(self) -> LazyValues[ChunkRecord]:
+        """Text and position of every known chunk, for passage assembly.
 
+        Each record is made when first looked up: assembly looks up the selected chunks only, a
+        fraction of what the pool holds.
+        """
+        return LazyValues(self.documents, self._record)
 
-class PoolRecords(Mapping[str, ChunkRecord]):
-    """The :class:`~scar_core.assembly.ChunkRecord` of each chunk a pool knows, by id.
-
-    A record is made the first time it is looked up: assembly looks up the selected chunks
-    only, a fraction of what the pool holds.
-
-    Args:
-        pool: The query's pool.
-    """
-
-    def __init__(self, pool: QueryPool) -> None:
-        self._pool = pool
-        self._made: dict[str, ChunkRecord] = {}
-
-    def __getitem__(self, chunk_id: str) -> ChunkRecord:
-        record = self._made.get(chunk_id)
-        if record is None:
-            document = self._pool.documents[chunk_id]
-            chunk = self._pool.chunk_links[chunk_id]
-            record = self._made[chunk_id] = ChunkRecord(
-                chunk_id=chunk_id,
-                text=document.page_content,
-                document_id=chunk.document_id,
-                position=chunk.position,
-                start_index=chunk.start_index,
-            )
-        return record
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._pool.documents)
-
-    def __len__(self) -> int:
-        return len(self._pool.documents)
+    def _record(self, chunk_id: str) -> ChunkRecord:
+        document = self.documents[chunk_id]
+        chunk = self.chunk_links[chunk_id]
+        return ChunkRecord(
+            chunk_id=chunk_id,
+            text=document.page_content,
+            document_id=chunk.document_id,
+            position=chunk.position,
+            start_index=chunk.start_index,
+        )
 
 
 def seeds_for_passages(pool: QueryPool, passages: int, at_least: int = 0) -> int:

@@ -17,13 +17,14 @@ exactly the one :func:`~scar_core.budget.select_within_budget` gives over the wh
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
+from scar_core._lazy import LazyValues
 from scar_core.budget import BudgetSettings, select_within_budget
 from scar_core.graph import NeighborGraph, Step
 from scar_core.policy import ExpansionResult
@@ -84,26 +85,16 @@ class _RunVectors:
         return found
 
 
-class _TokenCounts(Mapping[str, int]):
+class _TokenCounts(LazyValues[int]):
     """Tokens of each known node's text (metadata not counted), counted once per call."""
 
     def __init__(self, run: ExpansionRun, count_tokens: TokenCounter) -> None:
-        self._run = run
-        self._count_tokens = count_tokens
-        self._counts: dict[str, int] = {}
-
-    def __getitem__(self, node_id: str) -> int:
-        count = self._counts.get(node_id)
-        if count is None:
-            text = self._run.known[node_id].get_content(metadata_mode=MetadataMode.NONE)
-            count = self._counts[node_id] = self._count_tokens(text)
-        return count
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._run.known)
-
-    def __len__(self) -> int:
-        return len(self._run.known)
+        super().__init__(
+            run.known,
+            lambda node_id: count_tokens(
+                run.known[node_id].get_content(metadata_mode=MetadataMode.NONE)
+            ),
+        )
 
 
 class BudgetRun:

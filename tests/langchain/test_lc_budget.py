@@ -612,3 +612,24 @@ def test_a_neighbour_with_a_nan_vector_is_skipped_with_a_warning_naming_it(
     assert len(warnings) == 1
     assert repr(chunks[2].id) in warnings[0]
     assert "NaN" in warnings[0]
+
+
+def test_lazy_values_are_made_once_per_known_chunk() -> None:
+    """Records and token counts share LazyValues: one make per chunk looked up, keys = the pool."""
+    from scar_core._lazy import LazyValues
+    from scar_langchain._pool import QueryPool
+
+    pool = QueryPool(np.array([1.0, 0.0]))
+    pool.add_seeds([Document(id="a", page_content="x y"), Document(id="b", page_content="z")], 2)
+    made: list[str] = []
+
+    def make(chunk_id: str) -> int:
+        made.append(chunk_id)
+        return len(pool.documents[chunk_id].page_content.split())
+
+    values = LazyValues(pool.documents, make)
+    assert (values["a"], values["a"], values.get("b")) == (2, 2, 1)
+    assert made == ["a", "b"]
+    assert values.get("unknown") is None
+    assert (list(values), len(values)) == (["a", "b"], 2)
+    assert pool.records()["b"].text == "z"
