@@ -86,7 +86,7 @@ def prefetch_depths(
 
 
 def prefetch_hops(settings: BudgetSettings, most: int = PREFETCH_HOPS) -> int:
-    """Rings to prefetch around every retrieved chunk: ``most``, or fewer when the window is."""
+    """Rings to prefetch around one rank tier of retrieved chunks: ``most``, or a smaller window."""
     return most if settings.window is None else min(settings.window, most)
 
 
