@@ -51,7 +51,7 @@ from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 from psycopg.types.json import Json
 
-from scar_langchain import PGVectorChunks, PGVectorTable, SCARRetriever
+from scar_langchain import PGVectorChunks, SCARRetriever
 
 
 def documents_of(corpus: Corpus) -> list[Document]:
@@ -384,7 +384,7 @@ def main() -> None:
                     engine, seconds = load_langchain_table(server, corpus, table)
                     print(f"  loaded {size:,} LangChain rows in {seconds:.1f}s", flush=True)
                     store = PGVectorStore.create_sync(engine, embeddings, table)
-                    chunks = PGVectorChunks(server.get_uri(driver="psycopg"), PGVectorTable(table))
+                    chunks = PGVectorChunks.from_store(store)
                     for index_kind in indexes:
                         if index_kind == "hnsw":
                             built = create_hnsw_index(server.get_uri(), table)

@@ -14,6 +14,11 @@ when async), and when something watches the engine's statements (``echo=True`` l
 SQLAlchemy instrumentation, or a statement counter), so that it keeps seeing every statement.
 SQLAlchemy is imported only by the callers, so ``import scar_core`` stays numpy-only.
 
+A statement may run with server settings (``hnsw.ef_search = 100``, as a vector store's
+``index_query_options`` sets them). They are set with ``set_config(..., is_local => true)`` in a
+transaction of their own, which is then rolled back, so they never outlive the statement and the
+pooled connection goes back as it was.
+
 A query vector is passed as a :class:`VectorParameter`. On psycopg 3's direct path it travels in
 pgvector's binary form (a few microseconds); everywhere else it is written as pgvector's text
 ``[x,y,...]``, which costs about a microsecond per dimension in Python (0.4 ms at d = 384).
@@ -34,9 +39,17 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
     from sqlalchemy.sql.elements import TextClause
 
-__all__ = ["PGVECTOR_HEADER_BYTES", "SQLReads", "VectorParameter", "decode_pgvector_binary"]
+__all__ = [
+    "PGVECTOR_HEADER_BYTES",
+    "SQLReads",
+    "Settings",
+    "VectorParameter",
+    "decode_pgvector_binary",
+]
 
 Row = Sequence[Any]
+#: Server settings for one statement: ``(name, value)`` pairs, such as ``("hnsw.ef_search", "100")``.
+Settings = Sequence[tuple[str, str]]
 
 _SYNC_DRIVERS = frozenset({"psycopg", "psycopg2"})
 _ASYNC_DRIVERS = frozenset({"psycopg"})
@@ -109,6 +122,18 @@ def _with_binary_vectors(cursor: Any) -> Any:
     return cursor
 
 
+def _settings_statement(settings: Settings) -> tuple[TextClause, dict[str, str]]:
+    """One ``SELECT set_config(...)`` for all ``settings``, local to the transaction."""
+    from sqlalchemy import text
+
+    calls = ", ".join(f"set_config(:name_{i}, :value_{i}, true)" for i in range(len(settings)))
+    parameters: dict[str, str] = {}
+    for i, (name, value) in enumerate(settings):
+        parameters[f"name_{i}"] = name
+        parameters[f"value_{i}"] = value
+    return text(f"SELECT {calls}"), parameters
+
+
 def _unusable(connection: object) -> bool:
     """Whether a DBAPI connection is closed or broken (its settings can no longer be changed)."""
     return bool(getattr(connection, "closed", False)) or bool(getattr(connection, "broken", False))
@@ -136,19 +161,31 @@ class SQLReads:
             sql = self._compiled[key] = str(statement.compile(dialect=dialect))
         return sql
 
-    def rows(self, statement: TextClause, parameters: Mapping[str, Any]) -> list[Row]:
+    def rows(
+        self, statement: TextClause, parameters: Mapping[str, Any], settings: Settings = ()
+    ) -> list[Row]:
         """Run ``statement`` with ``parameters`` and return every row.
 
         Args:
             statement: A ``sqlalchemy.text`` statement with ``:name`` parameters; its compiled
                 form is kept, by SQL text and dialect.
             parameters: The values of the statement's parameters.
+            settings: Server settings for this statement alone (``(name, value)`` pairs). With
+                none the read runs in autocommit; with some, in a transaction that sets them
+                and is rolled back.
 
         Returns:
             The rows as the driver returns them (tuples).
         """
         dialect = self._engine.dialect
         if not _direct(dialect, _SYNC_DRIVERS, self._engine):
+            if settings:
+                setter, values = _settings_statement(settings)
+                with self._engine.connect() as connection:
+                    connection.execute(setter, values)
+                    found: list[Row] = list(connection.execute(statement, _as_text(parameters)))
+                    connection.rollback()
+                    return found
             with self._autocommit.connect() as connection:
                 return list(connection.execute(statement, _as_text(parameters)).all())
         sql = self._sql(statement, dialect)
@@ -158,8 +195,9 @@ class SQLReads:
         try:
             driver: Any = pooled.driver_connection
             was_autocommit = bool(driver.autocommit)
-            if not was_autocommit:
-                driver.autocommit = True
+            autocommit = not settings
+            if was_autocommit != autocommit:
+                driver.autocommit = autocommit
             try:
                 if dialect.driver == "psycopg":
                     cursor = _with_binary_vectors(driver.cursor())
@@ -168,32 +206,54 @@ class SQLReads:
                     cursor = driver.cursor()
                     bound = _as_text(parameters)
                 try:
+                    if settings:
+                        setter, values = _settings_statement(settings)
+                        cursor.execute(self._sql(setter, dialect), values)
                     cursor.execute(sql, bound)
                     return list(cursor.fetchall())
                 finally:
                     cursor.close()
+                    if settings and not _unusable(driver):
+                        driver.rollback()  # the settings end with the transaction
             finally:
-                if not was_autocommit and not _unusable(driver):
-                    driver.autocommit = False
+                if was_autocommit != autocommit and not _unusable(driver):
+                    driver.autocommit = was_autocommit
         finally:
             pooled.close()
 
     async def arows(
-        self, engine: AsyncEngine, statement: TextClause, parameters: Mapping[str, Any]
+        self,
+        engine: AsyncEngine,
+        statement: TextClause,
+        parameters: Mapping[str, Any],
+        settings: Settings = (),
     ) -> list[Row]:
         """Async form of :meth:`rows`, on ``engine`` (an ``AsyncEngine`` of the running loop)."""
         dialect = engine.dialect
-        async with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
+        options = {} if settings else {"isolation_level": "AUTOCOMMIT"}
+        async with engine.execution_options(**options).connect() as connection:
             if not _direct(dialect, _ASYNC_DRIVERS, engine.sync_engine):
+                if settings:
+                    await connection.execute(*_settings_statement(settings))
                 result = await connection.execute(statement, _as_text(parameters))
-                return list(result.all())
-            # The connection has not begun a transaction (that happens on its first execute),
-            # and AUTOCOMMIT already put the driver connection in autocommit mode.
+                found: list[Row] = list(result.all())
+                if settings:
+                    await connection.rollback()
+                return found
+            # The connection has not begun a transaction (that happens on its first execute).
+            # Without settings, AUTOCOMMIT already put the driver connection in autocommit mode.
             pooled = await connection.get_raw_connection()
             driver: Any = pooled.driver_connection
-            async with _with_binary_vectors(driver.cursor()) as cursor:
-                await cursor.execute(self._sql(statement, dialect), dict(parameters))
-                return list(await cursor.fetchall())
+            try:
+                async with _with_binary_vectors(driver.cursor()) as cursor:
+                    if settings:
+                        setter, values = _settings_statement(settings)
+                        await cursor.execute(self._sql(setter, dialect), values)
+                    await cursor.execute(self._sql(statement, dialect), dict(parameters))
+                    return list(await cursor.fetchall())
+            finally:
+                if settings and not _unusable(driver):
+                    await driver.rollback()  # the settings end with the transaction
 
 
 #: pgvector's binary vector (``vector_send`` / ``halfvec_send``): int16 dimension, int16 unused,

@@ -140,9 +140,9 @@ class SCARRetriever(BaseRetriever):
             Embeds the query (and chunks whose vectors the store does not hold); defaults to
             the store's own. Wrap it in ``CacheBackedEmbeddings`` so each chunk is embedded once.
         search_source: VectorSearchSource
-            On pgvector, a :class:`~scar_langchain.PGVectorChunks` over the store's table: the
-            search then returns the hits' vectors (binary, exact) and every neighbour batch is
-            one statement. Same results as the store's own search path, with fewer round trips.
+            On pgvector, ``PGVectorChunks.from_store(store)``: the search then returns the hits'
+            vectors (binary, exact) and every neighbour batch is one statement. Same results as
+            the store's own search path, with fewer round trips.
 
     Key init args — budget mode (the default):
         budget: int | None
@@ -257,9 +257,10 @@ class SCARRetriever(BaseRetriever):
     search_source: VectorSearchSource | None = Field(
         default=None,
         description="Searches the vector store's table itself and returns the hits with their "
-        "stored vectors in the same round trip (PGVectorChunks). Used instead of the vector "
-        "store's search; search_kwargs must then be empty. It also serves as neighbor_source "
-        "and vector_source when those are unset.",
+        "stored vectors in the same round trip (PGVectorChunks.from_store(store)). Used instead "
+        "of the vector store's search, which it must match (same table, distance and index "
+        "options); search_kwargs must then be empty. It also serves as neighbor_source and "
+        "vector_source when those are unset.",
     )
     vector_source: NeighborVectorSource | None = Field(
         default=None,
@@ -388,6 +389,9 @@ class SCARRetriever(BaseRetriever):
                     "search has no filter. Drop search_source= to search through the store, "
                     "or drop the search_kwargs."
                 )
+            from scar_langchain.pgvector import check_search_matches_store
+
+            check_search_matches_store(self.vectorstore, search_source)
         if self.neighbor_source is not None:
             self._neighbors = self.neighbor_source
         elif isinstance(search_source, NeighborSource):

@@ -8,7 +8,9 @@ Two readers for the table of a ``langchain_postgres.PGVectorStore``:
   returns each vector as text, which costs about 0.6 microseconds per dimension to parse.
 * :class:`PGVectorChunks` queries the table directly: a batch of chunks comes back with its
   vectors in one query, the vectors in pgvector's binary form (exact float32, no text to parse).
-  It serves as both the retriever's ``neighbor_source`` and its ``vector_source``.
+  Its search returns the hits with their vectors. ``PGVectorChunks.from_store(store)`` reads the
+  table, columns, distance strategy and index query options from the store, and serves as the
+  retriever's ``search_source`` (and so as its ``neighbor_source`` and ``vector_source``).
 
 Neither imports ``langchain_postgres`` or ``sqlalchemy`` until it is built, so
 ``scar_langchain`` imports without the ``postgres`` extra.
@@ -35,11 +37,17 @@ from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_langchain._neighbors import FetchedChunks, SearchHits
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
+    from sqlalchemy.engine import URL, Engine
     from sqlalchemy.ext.asyncio import AsyncEngine
     from sqlalchemy.sql.elements import TextClause
 
-__all__ = ["PGVectorChunks", "PGVectorStoreVectors", "PGVectorTable", "is_pgvector_store"]
+__all__ = [
+    "PGVectorChunks",
+    "PGVectorStoreVectors",
+    "PGVectorTable",
+    "check_search_matches_store",
+    "is_pgvector_store",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +96,133 @@ def _text_vector(value: object) -> FloatVector | None:
             return None
         return np.asarray(values, dtype=np.float64)
     return np.asarray(value, dtype=np.float64)
+
+
+#: langchain-postgres ``DistanceStrategy`` member names, and the distance each one is.
+_DISTANCE_BY_STRATEGY: dict[str, Distance] = {
+    "COSINE_DISTANCE": "cosine",
+    "EUCLIDEAN": "euclidean",
+    "INNER_PRODUCT": "inner_product",
+}
+#: What a ``PGVectorStore``'s inner store must have for :meth:`PGVectorTable.from_store`.
+_STORE_ATTRIBUTES = (
+    "engine",
+    "table_name",
+    "schema_name",
+    "id_column",
+    "content_column",
+    "embedding_column",
+    "metadata_json_column",
+    "metadata_columns",
+    "distance_strategy",
+    "index_query_options",
+    "hybrid_search_config",
+)
+#: A server setting's name: ``work_mem``, or ``extension.name`` such as ``hnsw.ef_search``.
+_SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?")
+
+
+def _store_internals(vectorstore: object) -> Any:
+    """The ``AsyncPGVectorStore`` inside a ``PGVectorStore``: its table, columns and engine.
+
+    langchain-postgres keeps it in a private attribute; every attribute used is checked, so a
+    version that moved them fails here with a clear message, not mid-query.
+    """
+    if not is_pgvector_store(vectorstore):
+        raise InvalidSettingsError(
+            f"expected a langchain_postgres.PGVectorStore, not {type(vectorstore).__name__}; "
+            "for another store build PGVectorTable(...) by hand."
+        )
+    inner = getattr(vectorstore, "_PGVectorStore__vs", None)
+    missing = [name for name in _STORE_ATTRIBUTES if not hasattr(inner, name)]
+    if inner is None or missing:
+        raise InvalidSettingsError(
+            "cannot read the table of this PGVectorStore (this langchain-postgres version keeps "
+            f"it elsewhere; missing {missing or ['the inner store']}). Build "
+            "PGVectorTable(...) with the names the store was created with instead."
+        )
+    return inner
+
+
+def check_search_matches_store(vectorstore: object, search_source: object) -> None:
+    """Refuse a :class:`PGVectorChunks` search that would rank differently from the store's.
+
+    It must read the store's table with the store's distance strategy and index query options,
+    and the store must not run hybrid (dense + full-text) search, which it would replace with a
+    dense one. Anything else (another store, another search source, a langchain-postgres
+    version whose table cannot be read) is left unchecked.
+
+    Raises:
+        InvalidSettingsError: Naming each difference, and :meth:`PGVectorChunks.from_store`.
+    """
+    if not isinstance(search_source, PGVectorChunks) or not is_pgvector_store(vectorstore):
+        return
+    try:
+        inner = _store_internals(vectorstore)
+        expected = PGVectorTable.from_store(vectorstore)
+    except InvalidSettingsError as error:
+        logger.debug("search_source not checked against the store: %s", error)
+        return
+    if inner.hybrid_search_config is not None:
+        raise InvalidSettingsError(
+            "this PGVectorStore runs hybrid search (hybrid_search_config), which search_source= "
+            "would replace with a dense-only search; drop search_source= (and pass "
+            "neighbor_source= and vector_source= for the fast neighbour reads)."
+        )
+    table = search_source.table
+    differences = [
+        f"{name} {getattr(table, name)!r} (the store's: {getattr(expected, name)!r})"
+        for name in ("schema_name", "table_name", "embedding_column", "distance", "search_settings")
+        if getattr(table, name) != getattr(expected, name)
+    ]
+    if differences:
+        raise InvalidSettingsError(
+            "search_source= would not search as the store does: its "
+            + "; ".join(differences)
+            + ". Build it with PGVectorChunks.from_store(store)."
+        )
+
+
+def _parse_setting(text: str) -> tuple[str, str]:
+    """``"hnsw.ef_search = 100"`` (a ``QueryOptions.to_parameter()`` item) as a pair."""
+    name, separator, value = text.partition("=")
+    if not separator:
+        raise InvalidSettingsError(
+            f"index query option {text!r} is not of the form 'name = value'; pass "
+            "PGVectorTable(search_settings=...) yourself."
+        )
+    return name.strip(), value.strip().strip("'")
+
+
+def _checked_settings(settings: object) -> tuple[tuple[str, str], ...]:
+    pairs = list(settings.items()) if isinstance(settings, Mapping) else settings
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+        raise InvalidSettingsError(
+            f"search_settings={settings!r} is not valid; give (name, value) pairs, such as "
+            "(('hnsw.ef_search', '100'),)."
+        )
+    checked: list[tuple[str, str]] = []
+    for pair in pairs:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise InvalidSettingsError(
+                f"search_settings item {pair!r} is not a (name, value) pair, such as "
+                "('hnsw.ef_search', '100')."
+            )
+        name, value = pair
+        if not isinstance(name, str) or not _SETTING_NAME.fullmatch(name):
+            raise InvalidSettingsError(
+                f"search setting name {name!r} is not a PostgreSQL setting name, such as "
+                "'hnsw.ef_search' or 'ivfflat.probes'."
+            )
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise InvalidSettingsError(
+                f"search setting {name}={value!r} is not valid; give its value as a string or "
+                "a number."
+            )
+        if "\x00" in str(value):
+            raise InvalidSettingsError(f"search setting {name}={value!r} contains a NUL byte.")
+        checked.append((name, str(value)))
+    return tuple(checked)
 
 
 class PGVectorStoreVectors:
@@ -166,6 +301,12 @@ class PGVectorTable:
         distance: The store's distance strategy, which orders the hits of
             :meth:`PGVectorChunks.search_with_vectors`: ``"cosine"`` (the store's default),
             ``"euclidean"`` or ``"inner_product"``.
+        search_settings: Server settings for the search alone, as ``(name, value)`` pairs:
+            what the store's ``index_query_options`` sets, such as
+            ``(("hnsw.ef_search", "100"),)``. The search then runs in a transaction that sets
+            them locally and is rolled back.
+
+    Use :meth:`from_store` to read all of this from the store itself.
     """
 
     table_name: str
@@ -176,6 +317,7 @@ class PGVectorTable:
     metadata_json_column: str | None = "langchain_metadata"
     metadata_columns: tuple[str, ...] = ()
     distance: Distance = "cosine"
+    search_settings: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("table_name", "schema_name", "id_column", "content_column"):
@@ -198,6 +340,46 @@ class PGVectorTable:
                 f"distance={self.distance!r} is not valid; use one of "
                 f"{', '.join(_DISTANCE_OPERATORS)} (the store's distance_strategy)."
             )
+        object.__setattr__(self, "search_settings", _checked_settings(self.search_settings))
+
+    @classmethod
+    def from_store(cls, vectorstore: Any) -> PGVectorTable:
+        """The table, columns, distance strategy and index query options of a ``PGVectorStore``.
+
+        Args:
+            vectorstore: A ``langchain_postgres.PGVectorStore``.
+
+        Returns:
+            The table as the store searches it.
+
+        Raises:
+            InvalidSettingsError: If ``vectorstore`` is not a ``PGVectorStore``, or its
+                langchain-postgres version keeps the table elsewhere (then build the
+                ``PGVectorTable`` by hand, with the names the store was created with).
+        """
+        inner = _store_internals(vectorstore)
+        strategy = getattr(inner.distance_strategy, "name", None)
+        distance = _DISTANCE_BY_STRATEGY.get(str(strategy))
+        if distance is None:
+            raise InvalidSettingsError(
+                f"the store's distance_strategy {inner.distance_strategy!r} is not one "
+                f"PGVectorChunks can search with ({', '.join(_DISTANCE_BY_STRATEGY)})."
+            )
+        options = inner.index_query_options
+        settings = (
+            () if options is None else tuple(_parse_setting(s) for s in options.to_parameter())
+        )
+        return cls(
+            table_name=inner.table_name,
+            schema_name=inner.schema_name,
+            id_column=inner.id_column,
+            content_column=inner.content_column,
+            embedding_column=inner.embedding_column,
+            metadata_json_column=inner.metadata_json_column,
+            metadata_columns=tuple(inner.metadata_columns),
+            distance=distance,
+            search_settings=settings,
+        )
 
     @property
     def qualified_name(self) -> str:
@@ -225,6 +407,9 @@ class PGVectorChunks:
     The first call reads the table's column types from the catalogue and checks the columns
     exist. Ids that cannot be in the table (a non-UUID id for a UUID column) are left out.
 
+    :meth:`from_store` builds it from a ``PGVectorStore``: the same table, columns, distance
+    strategy and index query options, over the store's database.
+
     Args:
         connection: A SQLAlchemy URL (``postgresql+psycopg://...``) or a SQLAlchemy ``Engine``.
         table: The store's table, or just its name when it uses the default columns.
@@ -240,27 +425,27 @@ class PGVectorChunks:
 
             from scar_langchain import PGVectorChunks, PGVectorTable, SCARRetriever
 
-            chunks = PGVectorChunks("postgresql+psycopg://user@host/db", PGVectorTable("docs"))
-            retriever = SCARRetriever(
-                vectorstore=store, neighbor_source=chunks, vector_source=chunks
-            )
+            chunks = PGVectorChunks.from_store(store)  # store: a PGVectorStore
+            retriever = SCARRetriever(vectorstore=store, search_source=chunks)
     """
 
     def __init__(
         self,
-        connection: str | Engine,
+        connection: str | URL | Engine,
         table: PGVectorTable | str,
         *,
-        async_connection: str | AsyncEngine | None = None,
+        async_connection: str | URL | AsyncEngine | None = None,
     ) -> None:
         try:
             import sqlalchemy
         except ImportError as error:  # pragma: no cover - exercised only without the extra
             raise missing_dependency("sqlalchemy", "postgres") from error
         self.table = table if isinstance(table, PGVectorTable) else PGVectorTable(table)
-        self._owns_engine = isinstance(connection, str)
+        self._owns_engine = isinstance(connection, (str, sqlalchemy.URL))
         self._engine: Engine = (
-            sqlalchemy.create_engine(connection) if isinstance(connection, str) else connection
+            sqlalchemy.create_engine(connection)
+            if isinstance(connection, (str, sqlalchemy.URL))
+            else connection
         )
         # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
         self._reads = SQLReads(self._engine)
@@ -275,6 +460,47 @@ class PGVectorChunks:
         self._layout_lock = threading.Lock()
         self._search_statement: TextClause | None = None
         self._by_id_statements: dict[bool, TextClause] = {}
+
+    @classmethod
+    def from_store(
+        cls,
+        vectorstore: Any,
+        *,
+        connection: str | URL | Engine | None = None,
+        async_connection: str | URL | AsyncEngine | None = None,
+    ) -> PGVectorChunks:
+        """Read the table of a ``langchain_postgres.PGVectorStore`` as the store itself does.
+
+        The table, its columns, the distance strategy and the index query options
+        (``hnsw.ef_search`` and the like) come from the store, so the search orders and cuts
+        its hits as the store's own search does.
+
+        By default it connects with the URL of the store's engine, in a connection pool of its
+        own (the store's pool belongs to its background event loop); a ``postgresql+asyncpg``
+        URL is used with psycopg 3 for the sync methods. When the store's engine connects
+        through a creator function (a cloud connector) rather than its URL, pass
+        ``connection=`` (and ``async_connection=``) yourself.
+
+        Args:
+            vectorstore: A ``PGVectorStore``.
+            connection: URL or ``Engine`` for the sync methods, instead of the store's URL.
+            async_connection: URL or ``AsyncEngine`` for the async methods; by default the
+                store's URL, or ``connection``'s when that is given.
+
+        Returns:
+            The chunk reader, to give as ``SCARRetriever(search_source=...)``.
+
+        Raises:
+            InvalidSettingsError: If ``vectorstore`` is not a ``PGVectorStore`` whose table can
+                be read, or its URL cannot serve a sync connection.
+        """
+        table = PGVectorTable.from_store(vectorstore)
+        if connection is None:
+            store_url = _store_internals(vectorstore).engine.url
+            connection = _sync_url(store_url)
+            if async_connection is None:
+                async_connection = store_url
+        return cls(connection, table, async_connection=async_connection)
 
     def __repr__(self) -> str:
         return f"PGVectorChunks(table={self.table.qualified_name})"
@@ -496,7 +722,8 @@ class PGVectorChunks:
         """Search the table as the store does, and return the hits with their stored vectors.
 
         One SQL statement: the store's search with no filter (same table, same distance
-        strategy, same index), each hit with its vector in binary form. Given as
+        strategy, same index, same ``search_settings``), each hit with its vector in binary
+        form. Given as
         ``SCARRetriever(search_source=...)`` it replaces the store's search, which returns no
         vectors, and so saves the round trip that would read the hits' vectors afterwards.
 
@@ -513,7 +740,8 @@ class PGVectorChunks:
         """
         parameters = self._search_parameters(query_vector, k)
         self._ensure_layout()
-        return self._hits(self._reads.rows(self._search_select(), parameters))
+        settings = self.table.search_settings
+        return self._hits(self._reads.rows(self._search_select(), parameters, settings))
 
     def close(self) -> None:
         """Dispose of the connection pool this object created (an engine passed in is kept)."""
@@ -560,11 +788,32 @@ class PGVectorChunks:
         parameters = self._search_parameters(query_vector, k)
         engine = self._async.current()
         await self._aensure_layout(engine)
-        return self._hits(await self._reads.arows(engine, self._search_select(), parameters))
+        settings = self.table.search_settings
+        rows = await self._reads.arows(engine, self._search_select(), parameters, settings)
+        return self._hits(rows)
 
     async def aclose(self) -> None:
         """Dispose of the async pool of the running event loop (if this object created it)."""
         await self._async.dispose_current()
+
+
+def _sync_url(url: URL) -> URL:
+    """The store engine's URL with a sync driver: psycopg 3 serves both, asyncpg only async."""
+    if url.get_backend_name() != "postgresql":
+        raise InvalidSettingsError(
+            f"the store's engine connects to {url.get_backend_name()!r}, not PostgreSQL; pass "
+            "connection= to PGVectorChunks.from_store."
+        )
+    if url.get_driver_name() in ("psycopg", "psycopg2"):
+        return url
+    options = sorted(set(url.query) - {"host", "port"})
+    if options:
+        raise InvalidSettingsError(
+            f"the store's engine uses the {url.get_driver_name()} driver with URL options "
+            f"{options}, which psycopg may read differently; pass connection= (a "
+            "postgresql+psycopg:// URL or an Engine) to PGVectorChunks.from_store."
+        )
+    return url.set(drivername="postgresql+psycopg")
 
 
 def _key(chunk_id: str) -> str:

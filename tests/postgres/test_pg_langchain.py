@@ -399,12 +399,233 @@ def test_pg_the_readme_search_source_example_runs(postgres: Any, setup: Setup) -
     [example] = [
         b for b in re.findall(r"```py\n(.*?)```", readme, re.DOTALL) if "search_source" in b
     ]
-    example = example.replace('PGVectorTable("docs"', f'PGVectorTable("{setup.table}"')
     setup.corpus.queries["What does the retransmission timer do?"] = next(
         iter(setup.corpus.queries.values())
     )
-    namespace: dict[str, Any] = {"url": postgres.uri("psycopg"), "store": setup.pg_store}
+    namespace: dict[str, Any] = {"store": setup.pg_store}
     exec(compile(example, "README.md search_source example", "exec"), namespace)
     assert namespace["docs"], "the example retrieved nothing"
     assert all(d.metadata["scar_mode"] == "budget" for d in namespace["docs"])
     namespace["chunks"].close()
+
+
+# --------------------------------------------------------------------------------------------
+# PGVectorChunks.from_store: the table, distance and index options read from the store itself
+
+
+def test_pg_chunks_from_the_store_match_memory_sync_and_async(setup: Setup) -> None:
+    chunks = PGVectorChunks.from_store(setup.pg_store)
+    assert chunks.table == PGVectorTable(setup.table)
+    with_vectors = SCARRetriever(vectorstore=setup.pg_store, search_source=chunks, k=3)
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, k=3)
+
+    async def run_async() -> list[Any]:
+        try:
+            return [comparable(await with_vectors.ainvoke(q)) for q in setup.corpus.queries]
+        finally:
+            await chunks.aclose()
+
+    try:
+        expected = [comparable(in_memory.invoke(q)) for q in setup.corpus.queries]
+        assert [comparable(with_vectors.invoke(q)) for q in setup.corpus.queries] == expected
+        assert asyncio.run(run_async()) == expected
+    finally:
+        chunks.close()
+    assert setup.embeddings.documents_embedded == 0
+
+
+def test_pg_table_from_a_store_with_its_own_layout(postgres: Any, table_name: str) -> None:
+    from langchain_postgres import Column
+    from langchain_postgres.v2.indexes import DistanceStrategy, HNSWQueryOptions
+
+    corpus = make_corpus(dimension=8, seed=5)
+    engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("psycopg"))
+    layout = {
+        "content_column": "body",
+        "embedding_column": "vec",
+        "metadata_json_column": "extra",
+        "id_column": "chunk_key",
+    }
+    try:
+        engine.init_vectorstore_table(
+            table_name, corpus.dimension, metadata_columns=[Column("topic", "INTEGER")], **layout
+        )
+        store = langchain_postgres.PGVectorStore.create_sync(
+            engine,
+            CountingEmbeddings(corpus.vector_of_text(), corpus.queries),
+            table_name,
+            metadata_columns=["topic"],
+            distance_strategy=DistanceStrategy.EUCLIDEAN,
+            index_query_options=HNSWQueryOptions(ef_search=17),
+            **layout,
+        )
+        documents = corpus.documents
+        store.add_embeddings(
+            [d.page_content for d in documents],
+            [corpus.vectors[d.id] for d in documents if d.id is not None],
+            metadatas=[dict(d.metadata) for d in documents],
+            ids=corpus.ids,
+        )
+        table = PGVectorTable.from_store(store)
+        assert table == PGVectorTable(
+            table_name,
+            metadata_columns=("topic",),
+            distance="euclidean",
+            search_settings=(("hnsw.ef_search", "17"),),
+            **layout,
+        )
+        chunks = PGVectorChunks.from_store(store)
+        try:
+            for vector in corpus.queries.values():
+                hits = chunks.search_with_vectors(vector, k=5).documents
+                by_store = store.similarity_search_by_vector(vector, k=5)
+                assert [(d.id, d.page_content, d.metadata) for d in hits] == [
+                    (d.id, d.page_content, d.metadata) for d in by_store
+                ]
+        finally:
+            chunks.close()
+    finally:
+        asyncio.run(engine.close())
+
+
+def test_pg_search_settings_reach_the_search_sync_and_async(postgres: Any, table_name: str) -> None:
+    """HNSW returns at most ef_search rows (pgvector's iterative scans are off by default)."""
+    corpus = make_corpus(dimension=8, seed=9)
+    engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("psycopg"))
+    sql = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    try:
+        engine.init_vectorstore_table(table_name, corpus.dimension)
+        store = langchain_postgres.PGVectorStore.create_sync(
+            engine, CountingEmbeddings(corpus.vector_of_text(), corpus.queries), table_name
+        )
+        documents = corpus.documents
+        store.add_embeddings(
+            [d.page_content for d in documents],
+            [corpus.vectors[d.id] for d in documents if d.id is not None],
+            metadatas=[dict(d.metadata) for d in documents],
+            ids=corpus.ids,
+        )
+        with sql.begin() as connection:
+            connection.exec_driver_sql(
+                f'CREATE INDEX ON "{table_name}" USING hnsw (embedding vector_cosine_ops)'
+            )
+        index_only = (("enable_seqscan", "off"),)
+        narrow = PGVectorChunks(
+            sql, PGVectorTable(table_name, search_settings=(*index_only, ("hnsw.ef_search", "2")))
+        )
+        wide = PGVectorChunks(sql, PGVectorTable(table_name, search_settings=index_only))
+        vector = next(iter(corpus.queries.values()))
+
+        async def found_async() -> int:
+            try:
+                return len((await narrow.asearch_with_vectors(vector, k=5)).documents)
+            finally:
+                await narrow.aclose()
+
+        assert len(wide.search_with_vectors(vector, k=5).documents) == 5
+        assert len(narrow.search_with_vectors(vector, k=5).documents) == 2
+        assert asyncio.run(found_async()) == 2
+        assert len(wide.search_with_vectors(vector, k=5).documents) == 5, "settings leaked"
+    finally:
+        sql.dispose()
+        asyncio.run(engine.close())
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ((("hnsw.ef_search; DROP TABLE x", "2"),), "not a PostgreSQL setting name"),
+        ((("hnsw.ef_search", True),), "string or a number"),
+        ((("hnsw.ef_search",),), "not a \\(name, value\\) pair"),
+        ("hnsw.ef_search=2", "pairs"),
+        ((("work_mem", "4MB\x00"),), "NUL"),
+    ],
+)
+def test_pg_search_settings_are_validated(settings: Any, message: str) -> None:
+    with pytest.raises(InvalidSettingsError, match=message):
+        PGVectorTable("chunks", search_settings=settings)
+
+
+def test_pg_search_settings_may_be_a_mapping() -> None:
+    table = PGVectorTable("chunks", search_settings={"hnsw.ef_search": 100})  # type: ignore[arg-type]
+    assert table.search_settings == (("hnsw.ef_search", "100"),)
+
+
+def test_pg_a_search_source_that_searches_differently_is_refused(setup: Setup) -> None:
+    other_distance = PGVectorChunks(setup.sql, PGVectorTable(setup.table, distance="euclidean"))
+    with pytest.raises(InvalidSettingsError, match=r"distance 'euclidean'.*from_store"):
+        SCARRetriever(vectorstore=setup.pg_store, search_source=other_distance)
+    other_table = PGVectorChunks(setup.sql, PGVectorTable("somewhere_else"))
+    with pytest.raises(InvalidSettingsError, match="table_name 'somewhere_else'"):
+        SCARRetriever(vectorstore=setup.pg_store, search_source=other_table)
+    # As neighbour and vector sources they may read any table: nothing is searched there.
+    SCARRetriever(vectorstore=setup.pg_store, neighbor_source=other_distance)
+
+
+def test_pg_a_hybrid_store_keeps_its_own_search(setup: Setup) -> None:
+    from langchain_postgres.v2.hybrid_search_config import HybridSearchConfig
+
+    hybrid = langchain_postgres.PGVectorStore.create_sync(
+        setup.engine_pg, setup.embeddings, setup.table, hybrid_search_config=HybridSearchConfig()
+    )
+    with pytest.raises(InvalidSettingsError, match="hybrid search"):
+        SCARRetriever(vectorstore=hybrid, search_source=PGVectorChunks.from_store(hybrid))
+
+
+def test_pg_from_store_refuses_what_is_not_a_pgvector_store(setup: Setup) -> None:
+    with pytest.raises(InvalidSettingsError, match="InMemoryVectorStore"):
+        PGVectorChunks.from_store(setup.memory_store)
+    with pytest.raises(InvalidSettingsError, match="InMemoryVectorStore"):
+        PGVectorTable.from_store(setup.memory_store)
+
+
+def test_pg_from_store_on_an_asyncpg_engine_reads_with_psycopg(postgres: Any, setup: Setup) -> None:
+    pytest.importorskip("asyncpg")
+    engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("asyncpg"))
+    store = langchain_postgres.PGVectorStore.create_sync(engine, setup.embeddings, setup.table)
+    chunks = PGVectorChunks.from_store(store)
+
+    async def fetched_async() -> list[str]:
+        try:
+            return sorted((await chunks.afetch(setup.corpus.ids[:3])).documents)
+        finally:
+            await chunks.aclose()
+
+    try:
+        assert chunks._engine.dialect.driver == "psycopg"
+        assert sorted(chunks.fetch(setup.corpus.ids[:3]).documents) == sorted(setup.corpus.ids[:3])
+        assert asyncio.run(fetched_async()) == sorted(setup.corpus.ids[:3])
+    finally:
+        chunks.close()
+        asyncio.run(engine.close())
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql+psycopg://u:p@h/db", "postgresql+psycopg://u:p@h/db"),
+        ("postgresql+psycopg2://u@h/db", "postgresql+psycopg2://u@h/db"),
+        ("postgresql+asyncpg://u:p@h:5433/db", "postgresql+psycopg://u:p@h:5433/db"),
+        ("postgresql+asyncpg://u@/db?host=/run/pg", "postgresql+psycopg://u@/db?host=/run/pg"),
+    ],
+)
+def test_pg_the_store_url_gets_a_sync_driver(url: str, expected: str) -> None:
+    from scar_langchain.pgvector import _sync_url
+
+    assert _sync_url(sqlalchemy.make_url(url)) == sqlalchemy.make_url(expected)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgresql+asyncpg://u@h/db?ssl=require", "URL options \\['ssl'\\]"),
+        ("mysql+aiomysql://u@h/db", "not PostgreSQL"),
+    ],
+)
+def test_pg_a_store_url_without_a_safe_sync_form_asks_for_a_connection(
+    url: str, message: str
+) -> None:
+    from scar_langchain.pgvector import _sync_url
+
+    with pytest.raises(InvalidSettingsError, match=message):
+        _sync_url(sqlalchemy.make_url(url))

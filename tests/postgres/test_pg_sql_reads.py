@@ -194,3 +194,71 @@ def test_statements_go_through_sqlalchemy_on_an_echoing_engine(
     )
     assert_vector_read_back(vector_rows)
     engine.dispose()
+
+
+#: Two server settings, and the statement that reads them back.
+SETTINGS = [("work_mem", "7MB"), ("statement_timeout", "12345")]
+SHOW_SETTINGS = "SELECT current_setting('work_mem'), current_setting('statement_timeout'), :k"
+
+
+def test_settings_hold_for_the_statement_alone(engine: Any) -> None:
+    """Set for the one statement, gone afterwards, on the very connection the pool hands out."""
+    reads = SQLReads(engine)
+    statement = sqlalchemy.text(SHOW_SETTINGS)
+    before = [tuple(row) for row in reads.rows(statement, {"k": 1})]
+    assert before[0][:2] != ("7MB", "12345ms")
+    for _ in range(2):
+        rows = reads.rows(statement, {"k": 1}, SETTINGS)
+        assert tuple(rows[0]) == ("7MB", "12345ms", 1)
+        assert [tuple(row) for row in reads.rows(statement, {"k": 1})] == before
+    pooled = engine.raw_connection()
+    try:
+        assert pooled.driver_connection.autocommit is False
+    finally:
+        pooled.close()
+    # A failing statement takes its settings with it, and the pool stays usable.
+    with pytest.raises(Exception, match="invalid input syntax"):
+        reads.rows(sqlalchemy.text("SELECT CAST(:value AS integer)"), {"value": "x"}, SETTINGS)
+    assert [tuple(row) for row in reads.rows(statement, {"k": 1})] == before
+
+
+def test_settings_also_hold_through_sqlalchemy(postgres: Any) -> None:
+    engine = sqlalchemy.create_engine(postgres.uri("psycopg"), echo=True, pool_size=1)
+    reads = SQLReads(engine)
+    statement = sqlalchemy.text(SHOW_SETTINGS)
+    before = [tuple(row) for row in reads.rows(statement, {"k": 1})]
+    assert tuple(reads.rows(statement, {"k": 1}, SETTINGS)[0]) == ("7MB", "12345ms", 1)
+    assert [tuple(row) for row in reads.rows(statement, {"k": 1})] == before
+    engine.dispose()
+
+
+@pytest.mark.parametrize("echo", [False, True], ids=["direct", "through-sqlalchemy"])
+def test_async_settings_hold_for_the_statement_alone(postgres: Any, echo: bool) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    sync_engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    reads = SQLReads(sync_engine)
+    statement = sqlalchemy.text(SHOW_SETTINGS)
+
+    async def read() -> tuple[list[Any], list[Any], list[Any], bool]:
+        engine = create_async_engine(
+            postgres.uri("psycopg"), echo=echo, pool_size=1, max_overflow=0
+        )
+        try:
+            before = [tuple(row) for row in await reads.arows(engine, statement, {"k": 2})]
+            during = [
+                tuple(row) for row in await reads.arows(engine, statement, {"k": 2}, SETTINGS)
+            ]
+            after = [tuple(row) for row in await reads.arows(engine, statement, {"k": 2})]
+            async with engine.connect() as connection:
+                pooled = await connection.get_raw_connection()
+                autocommit = bool(pooled.driver_connection.autocommit)
+            return before, during, after, autocommit
+        finally:
+            await engine.dispose()
+
+    before, during, after, autocommit = asyncio.run(read())
+    assert during == [("7MB", "12345ms", 2)]
+    assert after == before != during
+    assert autocommit is False
+    sync_engine.dispose()
