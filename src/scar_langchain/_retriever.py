@@ -66,6 +66,8 @@ from scar_langchain._neighbors import (
 )
 from scar_langchain._pool import QueryPool, seeds_for_passages
 from scar_langchain._vectors import (
+    EmbeddingVectors,
+    FallbackVectors,
     NeighborVectorSource,
     computes_vectors,
     default_vector_source,
@@ -344,6 +346,9 @@ class SCARRetriever(BaseRetriever):
 
     _neighbors: NeighborSource = PrivateAttr()
     _vectors: NeighborVectorSource = PrivateAttr()
+    #: Searches the store's table and returns the hits' vectors: ``search_source``, or, for a
+    #: PGVectorStore given no sources and no ``search_kwargs``, a reader on the store's pool.
+    _searcher: VectorSearchSource | None = PrivateAttr(default=None)
     _query_embeddings: Embeddings = PrivateAttr()
     _count_tokens: TokenCounter | None = PrivateAttr(default=None)
 
@@ -392,12 +397,27 @@ class SCARRetriever(BaseRetriever):
             from scar_langchain.pgvector import check_search_matches_store
 
             check_search_matches_store(self.vectorstore, search_source)
+        self._searcher = search_source
+        # A PGVectorStore given no search_source: read it on its own pool, vectors in binary.
+        store_chunks = None
+        if search_source is None and self.vectorstore is not None:
+            from scar_langchain.pgvector import runs_hybrid_search, shared_pool_chunks
+
+            store_chunks = shared_pool_chunks(self.vectorstore)
+            if (
+                store_chunks is not None
+                and not self.search_kwargs
+                and not runs_hybrid_search(self.vectorstore)
+            ):
+                self._searcher = store_chunks
         if self.neighbor_source is not None:
             self._neighbors = self.neighbor_source
         elif isinstance(search_source, NeighborSource):
             self._neighbors = search_source
         elif self.docstore is not None:
             self._neighbors = DocstoreNeighbors(self.docstore)
+        elif store_chunks is not None:
+            self._neighbors = store_chunks
         elif self.vectorstore is not None:
             self._neighbors = VectorStoreNeighbors(self.vectorstore, self.metadata_keys)
         else:
@@ -409,6 +429,8 @@ class SCARRetriever(BaseRetriever):
             self._vectors = self.vector_source
         elif isinstance(search_source, NeighborVectorSource):
             self._vectors = search_source
+        elif store_chunks is not None:
+            self._vectors = FallbackVectors(store_chunks, EmbeddingVectors(embeddings))
         else:
             self._vectors = default_vector_source(self.vectorstore, embeddings)
         if self.max_tokens is not None:
@@ -468,7 +490,7 @@ class SCARRetriever(BaseRetriever):
             return self._select_within_budget(query, pool, request, run_manager)
         size = request.first_pool
         while True:
-            if self.search_source is not None:
+            if self._searcher is not None:
                 pool.add_hits(self._search_hits(pool, size), size)
             else:
                 pool.add_seeds(self._search(query, pool.query_vector, size, run_manager), size)
@@ -493,7 +515,7 @@ class SCARRetriever(BaseRetriever):
         request: _BudgetRequest,
         run_manager: CallbackManagerForRetrieverRun,
     ) -> list[Document]:
-        if self.search_source is not None:
+        if self._searcher is not None:
             pool.add_hits(self._search_hits(pool, request.candidates), request.candidates)
         else:
             found = self._search(query, pool.query_vector, request.candidates, run_manager)
@@ -535,8 +557,8 @@ class SCARRetriever(BaseRetriever):
         )
 
     def _search_hits(self, pool: QueryPool, size: int) -> SearchHits:
-        assert self.search_source is not None
-        return self.search_source.search_with_vectors(pool.query_vector.tolist(), size)
+        assert self._searcher is not None
+        return self._searcher.search_with_vectors(pool.query_vector.tolist(), size)
 
     def _fetch(self, chunk_ids: list[str]) -> FetchedChunks:
         try:
@@ -576,7 +598,7 @@ class SCARRetriever(BaseRetriever):
             return await self._aselect_within_budget(query, pool, request, run_manager)
         size = request.first_pool
         while True:
-            if self.search_source is not None:
+            if self._searcher is not None:
                 pool.add_hits(await self._asearch_hits(pool, size), size)
             else:
                 found = await self._asearch(query, pool.query_vector, size, run_manager)
@@ -602,7 +624,7 @@ class SCARRetriever(BaseRetriever):
         request: _BudgetRequest,
         run_manager: AsyncCallbackManagerForRetrieverRun,
     ) -> list[Document]:
-        if self.search_source is not None:
+        if self._searcher is not None:
             hits = await self._asearch_hits(pool, request.candidates)
             pool.add_hits(hits, request.candidates)
         else:
@@ -647,8 +669,8 @@ class SCARRetriever(BaseRetriever):
         )
 
     async def _asearch_hits(self, pool: QueryPool, size: int) -> SearchHits:
-        assert self.search_source is not None
-        return await self.search_source.asearch_with_vectors(pool.query_vector.tolist(), size)
+        assert self._searcher is not None
+        return await self._searcher.asearch_with_vectors(pool.query_vector.tolist(), size)
 
     async def _afetch(self, chunk_ids: list[str]) -> FetchedChunks:
         try:

@@ -32,7 +32,13 @@ import numpy.typing as npt
 from langchain_core.documents import Document
 
 from scar_core._async_engines import AsyncEnginePerLoop
-from scar_core._sql_reads import SQLReads, VectorParameter, decode_pgvector_binary
+from scar_core._sql_reads import (
+    Row,
+    Settings,
+    SQLReads,
+    VectorParameter,
+    decode_pgvector_binary,
+)
 from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_langchain._neighbors import FetchedChunks, SearchHits
 
@@ -47,6 +53,8 @@ __all__ = [
     "PGVectorTable",
     "check_search_matches_store",
     "is_pgvector_store",
+    "runs_hybrid_search",
+    "shared_pool_chunks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -144,6 +152,32 @@ def _store_internals(vectorstore: object) -> Any:
     return inner
 
 
+def shared_pool_chunks(vectorstore: object) -> PGVectorChunks | None:
+    """What :class:`~scar_langchain.SCARRetriever` reads a ``PGVectorStore`` with by default.
+
+    A :class:`PGVectorChunks` on the store's own pool (``from_store(share_store_pool=True)``):
+    neighbours and vectors in one statement per batch, vectors in binary form, and (see
+    :func:`runs_hybrid_search`) the search with the hits' vectors. ``None`` for any other store,
+    or when this langchain-postgres version keeps the store's table or engine elsewhere; the
+    retriever then reads through the store's public API.
+    """
+    if not is_pgvector_store(vectorstore):
+        return None
+    try:
+        return PGVectorChunks.from_store(vectorstore, share_store_pool=True)
+    except InvalidSettingsError as error:
+        logger.debug("reading the PGVectorStore through its public API: %s", error)
+        return None
+
+
+def runs_hybrid_search(vectorstore: object) -> bool:
+    """Whether a ``PGVectorStore`` ranks by dense and full-text search together.
+
+    Its search then cannot be replaced by :meth:`PGVectorChunks.search_with_vectors`.
+    """
+    return _store_internals(vectorstore).hybrid_search_config is not None
+
+
 def check_search_matches_store(vectorstore: object, search_source: object) -> None:
     """Refuse a :class:`PGVectorChunks` search that would rank differently from the store's.
 
@@ -158,12 +192,11 @@ def check_search_matches_store(vectorstore: object, search_source: object) -> No
     if not isinstance(search_source, PGVectorChunks) or not is_pgvector_store(vectorstore):
         return
     try:
-        inner = _store_internals(vectorstore)
         expected = PGVectorTable.from_store(vectorstore)
     except InvalidSettingsError as error:
         logger.debug("search_source not checked against the store: %s", error)
         return
-    if inner.hybrid_search_config is not None:
+    if runs_hybrid_search(vectorstore):
         raise InvalidSettingsError(
             "this PGVectorStore runs hybrid search (hybrid_search_config), which search_source= "
             "would replace with a dense-only search; drop search_source= (and pass "
@@ -396,6 +429,93 @@ class _Layout:
     id_type: str
 
 
+class _OwnPools:
+    """Reads on pools of :class:`PGVectorChunks`' own: one sync engine, one async per loop."""
+
+    def __init__(
+        self, connection: str | URL | Engine, async_connection: str | URL | AsyncEngine | None
+    ) -> None:
+        try:
+            import sqlalchemy
+        except ImportError as error:  # pragma: no cover - exercised only without the extra
+            raise missing_dependency("sqlalchemy", "postgres") from error
+        self._owns_engine = isinstance(connection, (str, sqlalchemy.URL))
+        self.engine: Engine = (
+            sqlalchemy.create_engine(connection)
+            if isinstance(connection, (str, sqlalchemy.URL))
+            else connection
+        )
+        # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
+        self._reads = SQLReads(self.engine)
+        self._async = AsyncEnginePerLoop(
+            async_connection if async_connection is not None else self.engine.url,
+            driver_hint=(
+                "the async methods need an async driver; use a postgresql+psycopg:// URL "
+                "or pass async_connection= (a URL or an AsyncEngine)."
+            ),
+        )
+
+    def rows(
+        self, statement: TextClause, parameters: Mapping[str, Any], settings: Settings = ()
+    ) -> list[Row]:
+        return self._reads.rows(statement, parameters, settings)
+
+    async def arows(
+        self, statement: TextClause, parameters: Mapping[str, Any], settings: Settings = ()
+    ) -> list[Row]:
+        engine = self._async.current()
+        return await self._reads.arows(engine, statement, parameters, settings)
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.dispose()
+
+    async def aclose(self) -> None:
+        await self._async.dispose_current()
+
+
+class _StorePool:
+    """Reads on a ``PGVectorStore``'s own pool, on the event loop that pool belongs to.
+
+    langchain-postgres's ``PGEngine`` runs the store's statements on a background event loop;
+    these reads are handed to that loop the same way (``_run_as_sync`` / ``_run_as_async``).
+    """
+
+    def __init__(self, vectorstore: object) -> None:
+        store_engine: Any = getattr(vectorstore, "_engine", None)
+        missing = [
+            name
+            for name in ("_pool", "_run_as_sync", "_run_as_async")
+            if not hasattr(store_engine, name)
+        ]
+        if missing:
+            raise InvalidSettingsError(
+                "cannot share this PGVectorStore's pool (this langchain-postgres version keeps "
+                f"its engine elsewhere; missing {missing}); use share_store_pool=False."
+            )
+        self._store_engine = store_engine
+        self._pool: AsyncEngine = store_engine._pool
+        self._reads = SQLReads(self._pool.sync_engine)
+
+    def rows(
+        self, statement: TextClause, parameters: Mapping[str, Any], settings: Settings = ()
+    ) -> list[Row]:
+        read = self._reads.arows(self._pool, statement, parameters, settings)
+        return self._store_engine._run_as_sync(read)  # type: ignore[no-any-return]
+
+    async def arows(
+        self, statement: TextClause, parameters: Mapping[str, Any], settings: Settings = ()
+    ) -> list[Row]:
+        read = self._reads.arows(self._pool, statement, parameters, settings)
+        return await self._store_engine._run_as_async(read)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """The pool is the store's: nothing to dispose of."""
+
+    async def aclose(self) -> None:
+        """The pool is the store's: nothing to dispose of."""
+
+
 class PGVectorChunks:
     """Reads chunks and their stored vectors by id from a langchain-postgres table, in one query.
 
@@ -436,26 +556,12 @@ class PGVectorChunks:
         *,
         async_connection: str | URL | AsyncEngine | None = None,
     ) -> None:
-        try:
-            import sqlalchemy
-        except ImportError as error:  # pragma: no cover - exercised only without the extra
-            raise missing_dependency("sqlalchemy", "postgres") from error
-        self.table = table if isinstance(table, PGVectorTable) else PGVectorTable(table)
-        self._owns_engine = isinstance(connection, (str, sqlalchemy.URL))
-        self._engine: Engine = (
-            sqlalchemy.create_engine(connection)
-            if isinstance(connection, (str, sqlalchemy.URL))
-            else connection
-        )
-        # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
-        self._reads = SQLReads(self._engine)
-        self._async = AsyncEnginePerLoop(
-            async_connection if async_connection is not None else self._engine.url,
-            driver_hint=(
-                "the async methods need an async driver; use a postgresql+psycopg:// URL "
-                "or pass async_connection= (a URL or an AsyncEngine)."
-            ),
-        )
+        table = table if isinstance(table, PGVectorTable) else PGVectorTable(table)
+        self._start(table, _OwnPools(connection, async_connection))
+
+    def _start(self, table: PGVectorTable, connections: _OwnPools | _StorePool) -> None:
+        self.table = table
+        self._connections = connections
         self._layout: _Layout | None = None
         self._layout_lock = threading.Lock()
         self._search_statement: TextClause | None = None
@@ -468,6 +574,7 @@ class PGVectorChunks:
         *,
         connection: str | URL | Engine | None = None,
         async_connection: str | URL | AsyncEngine | None = None,
+        share_store_pool: bool = False,
     ) -> PGVectorChunks:
         """Read the table of a ``langchain_postgres.PGVectorStore`` as the store itself does.
 
@@ -479,13 +586,18 @@ class PGVectorChunks:
         own (the store's pool belongs to its background event loop); a ``postgresql+asyncpg``
         URL is used with psycopg 3 for the sync methods. When the store's engine connects
         through a creator function (a cloud connector) rather than its URL, pass
-        ``connection=`` (and ``async_connection=``) yourself.
+        ``connection=`` (and ``async_connection=``) yourself, or share the store's pool.
 
         Args:
             vectorstore: A ``PGVectorStore``.
             connection: URL or ``Engine`` for the sync methods, instead of the store's URL.
             async_connection: URL or ``AsyncEngine`` for the async methods; by default the
                 store's URL, or ``connection``'s when that is given.
+            share_store_pool: Read on the store's own connection pool instead, through the
+                store's engine and event loop as the store's own methods do: no connection of
+                its own, whatever the engine connects with, but each statement pays the
+                store's hand-over to its loop thread. This is what ``SCARRetriever`` uses for
+                a ``PGVectorStore`` given no sources.
 
         Returns:
             The chunk reader, to give as ``SCARRetriever(search_source=...)``.
@@ -495,6 +607,15 @@ class PGVectorChunks:
                 be read, or its URL cannot serve a sync connection.
         """
         table = PGVectorTable.from_store(vectorstore)
+        if share_store_pool:
+            if connection is not None or async_connection is not None:
+                raise InvalidSettingsError(
+                    "share_store_pool=True reads on the store's pool; drop connection= and "
+                    "async_connection=, or share_store_pool."
+                )
+            chunks = cls.__new__(cls)
+            chunks._start(table, _StorePool(vectorstore))
+            return chunks
         if connection is None:
             store_url = _store_internals(vectorstore).engine.url
             connection = _sync_url(store_url)
@@ -695,7 +816,7 @@ class PGVectorChunks:
             return
         with self._layout_lock:
             if self._layout is None:
-                rows = self._reads.rows(
+                rows = self._connections.rows(
                     self._catalogue_query(),
                     {"schema": self.table.schema_name, "table": self.table.table_name},
                 )
@@ -706,7 +827,7 @@ class PGVectorChunks:
         requested = self._queryable(chunk_ids)
         if not requested:
             return {}, {}
-        rows = self._reads.rows(self._select(with_documents), {"ids": list(requested)})
+        rows = self._connections.rows(self._select(with_documents), {"ids": list(requested)})
         return self._collect(requested, rows, with_documents)
 
     def fetch(self, chunk_ids: Sequence[str]) -> FetchedChunks:
@@ -741,20 +862,18 @@ class PGVectorChunks:
         parameters = self._search_parameters(query_vector, k)
         self._ensure_layout()
         settings = self.table.search_settings
-        return self._hits(self._reads.rows(self._search_select(), parameters, settings))
+        return self._hits(self._connections.rows(self._search_select(), parameters, settings))
 
     def close(self) -> None:
         """Dispose of the connection pool this object created (an engine passed in is kept)."""
-        if self._owns_engine:
-            self._engine.dispose()
+        self._connections.close()
 
     # -- async --------------------------------------------------------------------------------
 
-    async def _aensure_layout(self, engine: AsyncEngine) -> None:
+    async def _aensure_layout(self) -> None:
         if self._layout is not None:
             return
-        rows = await self._reads.arows(
-            engine,
+        rows = await self._connections.arows(
             self._catalogue_query(),
             {"schema": self.table.schema_name, "table": self.table.table_name},
         )
@@ -764,14 +883,11 @@ class PGVectorChunks:
                 self._layout = layout
 
     async def _arun(self, chunk_ids: Sequence[str], with_documents: bool) -> _Rows:
-        engine = self._async.current()
-        await self._aensure_layout(engine)
+        await self._aensure_layout()
         requested = self._queryable(chunk_ids)
         if not requested:
             return {}, {}
-        rows = await self._reads.arows(
-            engine, self._select(with_documents), {"ids": list(requested)}
-        )
+        rows = await self._connections.arows(self._select(with_documents), {"ids": list(requested)})
         return self._collect(requested, rows, with_documents)
 
     async def afetch(self, chunk_ids: Sequence[str]) -> FetchedChunks:
@@ -786,15 +902,14 @@ class PGVectorChunks:
     async def asearch_with_vectors(self, query_vector: npt.ArrayLike, k: int) -> SearchHits:
         """Async form of :meth:`search_with_vectors`."""
         parameters = self._search_parameters(query_vector, k)
-        engine = self._async.current()
-        await self._aensure_layout(engine)
+        await self._aensure_layout()
         settings = self.table.search_settings
-        rows = await self._reads.arows(engine, self._search_select(), parameters, settings)
+        rows = await self._connections.arows(self._search_select(), parameters, settings)
         return self._hits(rows)
 
     async def aclose(self) -> None:
         """Dispose of the async pool of the running event loop (if this object created it)."""
-        await self._async.dispose_current()
+        await self._connections.aclose()
 
 
 def _sync_url(url: URL) -> URL:

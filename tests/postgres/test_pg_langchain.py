@@ -592,7 +592,7 @@ def test_pg_from_store_on_an_asyncpg_engine_reads_with_psycopg(postgres: Any, se
             await chunks.aclose()
 
     try:
-        assert chunks._engine.dialect.driver == "psycopg"
+        assert chunks._connections.engine.dialect.driver == "psycopg"  # type: ignore[union-attr]
         assert sorted(chunks.fetch(setup.corpus.ids[:3]).documents) == sorted(setup.corpus.ids[:3])
         assert asyncio.run(fetched_async()) == sorted(setup.corpus.ids[:3])
     finally:
@@ -629,3 +629,93 @@ def test_pg_a_store_url_without_a_safe_sync_form_asks_for_a_connection(
 
     with pytest.raises(InvalidSettingsError, match=message):
         _sync_url(sqlalchemy.make_url(url))
+
+
+# --------------------------------------------------------------------------------------------
+# The default for a PGVectorStore: PGVectorChunks on the store's own pool
+
+
+def store_statements(setup: Setup, retriever: SCARRetriever, queries: list[str]) -> list[str]:
+    """The statements the store's own engine runs while ``retriever`` answers ``queries``."""
+    seen: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    store_engine = setup.engine_pg._pool.sync_engine
+    sqlalchemy.event.listen(store_engine, "before_cursor_execute", count)
+    try:
+        retriever.invoke(queries[0])  # the first call also reads the table's column types
+        seen.clear()
+        for query in queries:
+            retriever.invoke(query)
+    finally:
+        sqlalchemy.event.remove(store_engine, "before_cursor_execute", count)
+    return seen
+
+
+def test_pg_by_default_the_store_pool_serves_binary_reads(setup: Setup) -> None:
+    retriever = SCARRetriever(vectorstore=setup.pg_store, window=3, fetch_k=5)
+    queries = list(setup.corpus.queries)
+    seen = store_statements(setup, retriever, queries)
+    # As with search_source: the search with the hits' vectors, then one batch of neighbours.
+    assert len(seen) == 2 * len(queries)
+    assert all("vector_send(" in statement for statement in seen)
+    assert sum("ORDER BY" in statement for statement in seen) == len(queries)
+    assert setup.statements == [], "no pool of its own"
+    assert setup.embeddings.documents_embedded == 0
+
+
+def test_pg_by_default_search_kwargs_keep_the_store_search(setup: Setup) -> None:
+    retriever = SCARRetriever(vectorstore=setup.pg_store, search_kwargs={"filter": None})
+    in_memory = SCARRetriever(vectorstore=setup.memory_store)
+    queries = list(setup.corpus.queries)
+    seen = store_statements(setup, retriever, queries)
+    searches = [statement for statement in seen if "ORDER BY" in statement]
+    assert len(searches) == len(queries)
+    assert not any("vector_send(" in statement for statement in searches), "the store's search"
+    assert any("vector_send(" in statement for statement in seen), "neighbours in binary"
+    for query in queries:
+        assert comparable(retriever.invoke(query)) == comparable(in_memory.invoke(query))
+
+
+def test_pg_a_hybrid_store_is_searched_by_the_store(setup: Setup) -> None:
+    from langchain_postgres.v2.hybrid_search_config import HybridSearchConfig
+
+    hybrid = langchain_postgres.PGVectorStore.create_sync(
+        setup.engine_pg, setup.embeddings, setup.table, hybrid_search_config=HybridSearchConfig()
+    )
+    retriever = SCARRetriever(vectorstore=hybrid)
+    queries = list(setup.corpus.queries)[:3]
+    searches = [s for s in store_statements(setup, retriever, queries) if "ORDER BY" in s]
+    assert searches
+    assert not any("vector_send(" in statement for statement in searches)
+
+
+def test_pg_without_readable_internals_the_public_api_serves(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import scar_langchain.pgvector as pgvector
+
+    monkeypatch.setattr(
+        pgvector, "_STORE_ATTRIBUTES", (*pgvector._STORE_ATTRIBUTES, "not_in_any_version")
+    )
+    assert pgvector.shared_pool_chunks(setup.pg_store) is None
+    retriever = SCARRetriever(vectorstore=setup.pg_store, k=3)
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, k=3)
+    queries = list(setup.corpus.queries)
+    seen = store_statements(setup, retriever, queries)
+    assert seen
+    assert not any("vector_send(" in statement for statement in seen), "text, through get()"
+    for query in queries:
+        assert comparable(retriever.invoke(query)) == comparable(in_memory.invoke(query))
+
+
+def test_pg_sharing_the_store_pool_takes_no_connection_of_its_own(setup: Setup) -> None:
+    with pytest.raises(InvalidSettingsError, match="share_store_pool"):
+        PGVectorChunks.from_store(setup.pg_store, connection=setup.sql, share_store_pool=True)
+    shared = PGVectorChunks.from_store(setup.pg_store, share_store_pool=True)
+    fetched = shared.fetch(setup.corpus.ids[:4])
+    assert sorted(fetched.documents) == sorted(setup.corpus.ids[:4])
+    shared.close()  # the pool is the store's: it stays open
+    assert setup.pg_store.get_by_ids(setup.corpus.ids[:1])
