@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,37 @@ def setup(postgres: Any) -> Iterator[Setup]:
 @pytest.fixture(autouse=True)
 def _fresh_counters(setup: Setup) -> None:
     setup.reset()
+
+
+def filled_store(engine: Any, corpus: Corpus, table: str, **options: Any) -> Any:
+    """A PGVectorStore on ``table`` (already created) holding ``corpus`` with its vectors."""
+    store = langchain_postgres.PGVectorStore.create_sync(
+        engine, CountingEmbeddings(corpus.vector_of_text(), corpus.queries), table, **options
+    )
+    documents = corpus.documents
+    store.add_embeddings(
+        [d.page_content for d in documents],
+        [corpus.vectors[d.id] for d in documents if d.id is not None],
+        metadatas=[dict(d.metadata) for d in documents],
+        ids=corpus.ids,
+    )
+    return store
+
+
+@contextmanager
+def store_statements(setup: Setup) -> Iterator[list[str]]:
+    """Collect the statements the store's own engine runs inside the block."""
+    seen: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    store_engine = setup.engine_pg._pool.sync_engine
+    sqlalchemy.event.listen(store_engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        sqlalchemy.event.remove(store_engine, "before_cursor_execute", count)
 
 
 #: Budget mode (the default) and the paper's plain mode.
@@ -296,14 +328,7 @@ def test_pg_search_with_vectors_returns_the_store_hits_and_exact_vectors(setup: 
 def test_pg_search_source_costs_a_search_and_one_fetch_per_query(setup: Setup) -> None:
     chunks = setup.chunks()
     chunks.fetch(setup.corpus.ids[:1])  # reads the table's column types once
-    store_statements: list[str] = []
-
-    def count_store(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        store_statements.append(statement)
-
-    store_engine = setup.engine_pg._pool.sync_engine
-    sqlalchemy.event.listen(store_engine, "before_cursor_execute", count_store)
-    try:
+    with store_statements(setup) as by_store:
         # Window 3 in budget mode: link_chunks ids are predictable, so every ring within the
         # window comes in one fetch after the search, and nothing lies beyond the window. With
         # 5 hits for a budget of 10, every hit is in the better half of the budget, whose
@@ -317,9 +342,7 @@ def test_pg_search_source_costs_a_search_and_one_fetch_per_query(setup: Setup) -
             assert len(setup.statements) == 2, query
             assert "ORDER BY" in setup.statements[0]
             assert " = ANY(" in setup.statements[1]
-    finally:
-        sqlalchemy.event.remove(store_engine, "before_cursor_execute", count_store)
-    assert store_statements == [], "the store's own search is not used"
+    assert by_store == [], "the store's own search is not used"
     assert setup.embeddings.documents_embedded == 0
 
 
@@ -372,17 +395,7 @@ def test_pg_search_with_vectors_orders_by_the_store_distance(
     sql = sqlalchemy.create_engine(postgres.uri("psycopg"))
     try:
         engine.init_vectorstore_table(table_name, corpus.dimension)
-        embeddings = CountingEmbeddings(corpus.vector_of_text(), corpus.queries)
-        store = langchain_postgres.PGVectorStore.create_sync(
-            engine, embeddings, table_name, distance_strategy=strategy
-        )
-        documents = corpus.documents
-        store.add_embeddings(
-            [d.page_content for d in documents],
-            [corpus.vectors[d.id] for d in documents if d.id is not None],
-            metadatas=[dict(d.metadata) for d in documents],
-            ids=corpus.ids,
-        )
+        store = filled_store(engine, corpus, table_name, distance_strategy=strategy)
         chunks = PGVectorChunks(sql, PGVectorTable(table_name, distance=distance))  # type: ignore[arg-type]
         for vector in corpus.queries.values():
             hits = chunks.search_with_vectors(vector, k=5).documents
@@ -450,21 +463,14 @@ def test_pg_table_from_a_store_with_its_own_layout(postgres: Any, table_name: st
         engine.init_vectorstore_table(
             table_name, corpus.dimension, metadata_columns=[Column("topic", "INTEGER")], **layout
         )
-        store = langchain_postgres.PGVectorStore.create_sync(
+        store = filled_store(
             engine,
-            CountingEmbeddings(corpus.vector_of_text(), corpus.queries),
+            corpus,
             table_name,
             metadata_columns=["topic"],
             distance_strategy=DistanceStrategy.EUCLIDEAN,
             index_query_options=HNSWQueryOptions(ef_search=17),
             **layout,
-        )
-        documents = corpus.documents
-        store.add_embeddings(
-            [d.page_content for d in documents],
-            [corpus.vectors[d.id] for d in documents if d.id is not None],
-            metadatas=[dict(d.metadata) for d in documents],
-            ids=corpus.ids,
         )
         table = PGVectorTable.from_store(store)
         assert table == PGVectorTable(
@@ -495,16 +501,7 @@ def test_pg_search_settings_reach_the_search_sync_and_async(postgres: Any, table
     sql = sqlalchemy.create_engine(postgres.uri("psycopg"))
     try:
         engine.init_vectorstore_table(table_name, corpus.dimension)
-        store = langchain_postgres.PGVectorStore.create_sync(
-            engine, CountingEmbeddings(corpus.vector_of_text(), corpus.queries), table_name
-        )
-        documents = corpus.documents
-        store.add_embeddings(
-            [d.page_content for d in documents],
-            [corpus.vectors[d.id] for d in documents if d.id is not None],
-            metadatas=[dict(d.metadata) for d in documents],
-            ids=corpus.ids,
-        )
+        filled_store(engine, corpus, table_name)
         with sql.begin() as connection:
             connection.exec_driver_sql(
                 f'CREATE INDEX ON "{table_name}" USING hnsw (embedding vector_cosine_ops)'
@@ -635,29 +632,21 @@ def test_pg_a_store_url_without_a_safe_sync_form_asks_for_a_connection(
 # The default for a PGVectorStore: PGVectorChunks on the store's own pool
 
 
-def store_statements(setup: Setup, retriever: SCARRetriever, queries: list[str]) -> list[str]:
+def statements_while_answering(
+    setup: Setup, retriever: SCARRetriever, queries: list[str]
+) -> list[str]:
     """The statements the store's own engine runs while ``retriever`` answers ``queries``."""
-    seen: list[str] = []
-
-    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(statement)
-
-    store_engine = setup.engine_pg._pool.sync_engine
-    sqlalchemy.event.listen(store_engine, "before_cursor_execute", count)
-    try:
-        retriever.invoke(queries[0])  # the first call also reads the table's column types
-        seen.clear()
+    retriever.invoke(queries[0])  # the first call also reads the table's column types
+    with store_statements(setup) as seen:
         for query in queries:
             retriever.invoke(query)
-    finally:
-        sqlalchemy.event.remove(store_engine, "before_cursor_execute", count)
     return seen
 
 
 def test_pg_by_default_the_store_pool_serves_binary_reads(setup: Setup) -> None:
     retriever = SCARRetriever(vectorstore=setup.pg_store, window=3, fetch_k=5)
     queries = list(setup.corpus.queries)
-    seen = store_statements(setup, retriever, queries)
+    seen = statements_while_answering(setup, retriever, queries)
     # As with search_source: the search with the hits' vectors, then one batch of neighbours.
     assert len(seen) == 2 * len(queries)
     assert all("vector_send(" in statement for statement in seen)
@@ -670,7 +659,7 @@ def test_pg_by_default_search_kwargs_keep_the_store_search(setup: Setup) -> None
     retriever = SCARRetriever(vectorstore=setup.pg_store, search_kwargs={"filter": None})
     in_memory = SCARRetriever(vectorstore=setup.memory_store)
     queries = list(setup.corpus.queries)
-    seen = store_statements(setup, retriever, queries)
+    seen = statements_while_answering(setup, retriever, queries)
     searches = [statement for statement in seen if "ORDER BY" in statement]
     assert len(searches) == len(queries)
     assert not any("vector_send(" in statement for statement in searches), "the store's search"
@@ -687,7 +676,7 @@ def test_pg_a_hybrid_store_is_searched_by_the_store(setup: Setup) -> None:
     )
     retriever = SCARRetriever(vectorstore=hybrid)
     queries = list(setup.corpus.queries)[:3]
-    searches = [s for s in store_statements(setup, retriever, queries) if "ORDER BY" in s]
+    searches = [s for s in statements_while_answering(setup, retriever, queries) if "ORDER BY" in s]
     assert searches
     assert not any("vector_send(" in statement for statement in searches)
 
@@ -704,7 +693,7 @@ def test_pg_without_readable_internals_the_public_api_serves(
     retriever = SCARRetriever(vectorstore=setup.pg_store, k=3)
     in_memory = SCARRetriever(vectorstore=setup.memory_store, k=3)
     queries = list(setup.corpus.queries)
-    seen = store_statements(setup, retriever, queries)
+    seen = statements_while_answering(setup, retriever, queries)
     assert seen
     assert not any("vector_send(" in statement for statement in seen), "text, through get()"
     for query in queries:
