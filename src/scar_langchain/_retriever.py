@@ -133,7 +133,9 @@ class SCARRetriever(BaseRetriever):
 
     Key init args — where chunks come from:
         vectorstore: VectorStore
-            The store to search; neighbours are fetched with its ``get_by_ids``.
+            The store to search; neighbours are fetched with its ``get_by_ids``. A
+            langchain-postgres ``PGVectorStore``'s table is read directly instead, on the
+            store's own pool (vectors in binary, one statement per batch).
         base_retriever: BaseRetriever
             Any retriever, instead of ``vectorstore``; needs ``docstore`` and ``embeddings``.
         docstore: BaseStore[str, Document]
@@ -237,7 +239,8 @@ class SCARRetriever(BaseRetriever):
 
     vectorstore: VectorStore | None = Field(
         default=None,
-        description="Vector store searched for seed chunks; neighbours come from its get_by_ids.",
+        description="Vector store searched for seed chunks; neighbours come from its get_by_ids "
+        "(a PGVectorStore's table is read directly, on the store's own pool).",
     )
     base_retriever: BaseRetriever | None = Field(
         default=None,
