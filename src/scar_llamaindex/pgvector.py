@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
     from sqlalchemy.sql.elements import TextClause
 
-__all__ = ["PGVectorNodeSource", "create_node_id_index"]
+__all__ = ["PGVectorNodeSource", "create_node_id_index", "is_pgvector_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,17 @@ _RELATIONSHIP_KEYS: dict[str, tuple[str, ...]] = {
     "next": (str(NodeRelationship.NEXT.value),),
     "both": (str(NodeRelationship.PREVIOUS.value), str(NodeRelationship.NEXT.value)),
 }
+
+
+def is_pgvector_store(vector_store: object) -> bool:
+    """Whether ``vector_store`` is a LlamaIndex ``PGVectorStore``.
+
+    The check never imports ``llama_index.vector_stores.postgres``: an object can only be one of
+    its stores when the module is already loaded.
+    """
+    module = sys.modules.get("llama_index.vector_stores.postgres")
+    store_type = getattr(module, "PGVectorStore", None)
+    return isinstance(store_type, type) and isinstance(vector_store, store_type)
 
 
 def _pgvector_store_type() -> type[Any]:
@@ -179,8 +192,9 @@ class PGVectorNodeSource:
 
     Args:
         vector_store: The index's ``PGVectorStore`` (``index.vector_store``).
-        engine: SQLAlchemy engine for :meth:`fetch`; by default the store's own once it has
-            connected, else one made from its ``connection_string``.
+        engine: SQLAlchemy engine for :meth:`fetch`; by default the store's own, taken at the
+            first fetch (the retrieval before it connects the store), else one made from its
+            ``connection_string``.
         async_engine: SQLAlchemy ``AsyncEngine`` for :meth:`afetch`; by default one per event
             loop, made from the store's ``async_connection_string``.
 
@@ -206,9 +220,15 @@ class PGVectorNodeSource:
         async_engine: AsyncEngine | None = None,
     ) -> None:
         self._table = _Table.of(vector_store)
-        self._engine, self._owns_engine = _sync_engine(vector_store, engine)
-        # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
-        self._reads = SQLReads(self._engine)
+        self._vector_store = vector_store
+        self._given_engine = engine
+        # The sync engine is settled on first use: by then a store built from engine objects
+        # has usually connected (the retrieval before the postprocessor connects it).
+        self._engine: Engine | None = None
+        self._owns_engine = False
+        self._reads: SQLReads | None = None
+        self._areads: SQLReads | None = None
+        self._engine_lock = threading.Lock()
         self._by_id_statement: TextClause | None = None
         self._window_statement: TextClause | None = None
         self._async = AsyncEnginePerLoop(
@@ -225,6 +245,24 @@ class PGVectorNodeSource:
 
     def __repr__(self) -> str:
         return f"PGVectorNodeSource(table={self._table.qualified_name})"
+
+    def _sync_reads(self) -> SQLReads:
+        """Reads on the sync engine: the one given, the store's own, or one from its URL."""
+        if self._reads is None:
+            with self._engine_lock:
+                if self._reads is None:
+                    engine, owned = _sync_engine(self._vector_store, self._given_engine)
+                    self._engine, self._owns_engine = engine, owned
+                    # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK.
+                    self._reads = SQLReads(engine)
+        return self._reads
+
+    @property
+    def _async_reads(self) -> SQLReads:
+        """A :class:`SQLReads` for the async engines (its sync engine is not used by ``arows``)."""
+        if self._areads is None:
+            self._areads = SQLReads(self._async.current().sync_engine)
+        return self._areads
 
     def _select(self) -> TextClause:
         """Rows by id: ``= ANY(array)`` is one bound value, however many ids are asked for."""
@@ -393,7 +431,7 @@ LEFT JOIN LATERAL (
         ids = self._ids(node_ids, vector_ids)
         if not ids:
             return FetchedNodes()
-        rows = self._reads.rows(self._select(), {"ids": ids})
+        rows = self._sync_reads().rows(self._select(), {"ids": ids})
         return self._collect(node_ids, rows)
 
     async def afetch(self, node_ids: Sequence[str], vector_ids: Sequence[str]) -> FetchedNodes:
@@ -401,7 +439,7 @@ LEFT JOIN LATERAL (
         ids = self._ids(node_ids, vector_ids)
         if not ids:
             return FetchedNodes()
-        rows = await self._reads.arows(self._async.current(), self._select(), {"ids": ids})
+        rows = await self._async_reads.arows(self._async.current(), self._select(), {"ids": ids})
         return self._collect(node_ids, rows)
 
     def fetch_window(
@@ -434,7 +472,7 @@ LEFT JOIN LATERAL (
         parameters = self._window_parameters(start_ids, vector_ids, radius, direction)
         if parameters is None:
             return FetchedWindow()
-        rows = self._reads.rows(self._window_select(), parameters)
+        rows = self._sync_reads().rows(self._window_select(), parameters)
         return self._collect_window(rows)
 
     async def afetch_window(
@@ -448,12 +486,14 @@ LEFT JOIN LATERAL (
         parameters = self._window_parameters(start_ids, vector_ids, radius, direction)
         if parameters is None:
             return FetchedWindow()
-        rows = await self._reads.arows(self._async.current(), self._window_select(), parameters)
+        rows = await self._async_reads.arows(
+            self._async.current(), self._window_select(), parameters
+        )
         return self._collect_window(rows)
 
     def close(self) -> None:
         """Dispose of the connection pool this object created (a shared engine is kept)."""
-        if self._owns_engine:
+        if self._owns_engine and self._engine is not None:
             self._engine.dispose()
 
     async def aclose(self) -> None:

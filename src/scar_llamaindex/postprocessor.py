@@ -15,6 +15,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.settings import Settings
+from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.storage.docstore.types import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
@@ -100,7 +101,9 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     Key init args:
         docstore: Where neighbour nodes are fetched first (``index.docstore``).
         vector_store: Where neighbours missing from the docstore, and stored vectors, are
-            fetched (``index.vector_store``). Give it when nodes live only in a vector database.
+            fetched (``index.vector_store``). Give it when nodes live only in a vector database;
+            a ``PGVectorStore`` with no docstore nodes is read through
+            :class:`~scar_llamaindex.PGVectorNodeSource` (one statement per query).
         budget: Nodes returned in budget mode (default 10); ``None`` selects plain mode.
         k: The number of retrieved nodes budget mode is sized for (default 3), ``<= budget``:
             set ``similarity_top_k`` to about ``k``. Every incoming node is kept, however many.
@@ -307,7 +310,9 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         """Build a postprocessor over an index's docstore, vector store and embed model.
 
         Neighbours come from the docstore, then the vector store; vectors from the vector store,
-        then the index's embed model (cached).
+        then the index's embed model (cached). An index that lives only in a LlamaIndex
+        ``PGVectorStore`` (its docstore holds no node) is read from the table directly, through
+        :class:`~scar_llamaindex.PGVectorNodeSource`.
 
         Args:
             index: The index whose query engine the postprocessor will serve.
@@ -916,7 +921,21 @@ def _choose_source(
             f"vector_store={vector_store!r} is not valid; it must be a LlamaIndex "
             "BasePydanticVectorStore."
         )
+    if vector_store is not None and _holds_no_nodes(docstore):
+        from scar_llamaindex.pgvector import PGVectorNodeSource, is_pgvector_store
+
+        if is_pgvector_store(vector_store):
+            # The whole index lives in the table: read it directly (binary vectors, and every
+            # ring of neighbours in one recursive statement) instead of through get_nodes.
+            return PGVectorNodeSource(vector_store)
     return StoreNeighborSource(docstore=docstore, vector_store=vector_store)
+
+
+def _holds_no_nodes(docstore: BaseDocumentStore | None) -> bool:
+    """Whether a docstore is absent or an in-memory one with no node (as on pgvector)."""
+    if docstore is None:
+        return True
+    return isinstance(docstore, SimpleDocumentStore) and not docstore.get_all_document_hashes()
 
 
 def _require_query(query_bundle: QueryBundle | None) -> QueryBundle:

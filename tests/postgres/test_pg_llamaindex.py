@@ -6,6 +6,7 @@ node, and gives the same nodes, scores and decisions as the same vectors in memo
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -171,15 +172,25 @@ def test_pg_the_index_lives_only_in_the_database(setup: Setup) -> None:
 MODES: dict[str, dict[str, Any]] = {"budget": {}, "plain": {"budget": None, "gamma": 0.7}}
 
 
+@pytest.mark.parametrize("source", ["default", "get_nodes"])
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize(("window", "direction"), [(1, "both"), (2, "both"), (2, "previous")])
 def test_pg_default_source_matches_memory_without_embedding_nodes(
-    setup: Setup, window: int, direction: Any, mode: str
+    setup: Setup, window: int, direction: Any, mode: str, source: str
 ) -> None:
+    """By default the table is read directly; through the store's get_nodes it is the same."""
     settings = {"window": window, "direction": direction, **MODES[mode]}
-    on_pg = SCARNodePostprocessor.from_index(setup.pg_index, **settings)
+    if source == "default":
+        on_pg = SCARNodePostprocessor.from_index(setup.pg_index, **settings)
+        assert isinstance(on_pg.neighbor_source, PGVectorNodeSource)
+    else:
+        through_store = StoreNeighborSource(
+            docstore=setup.pg_index.docstore, vector_store=setup.vector_store
+        )
+        on_pg = SCARNodePostprocessor(
+            neighbor_source=through_store, embed_model=setup.embed_model, **settings
+        )
     in_memory = SCARNodePostprocessor.from_index(setup.memory_index, **settings)
-    assert isinstance(on_pg.neighbor_source, StoreNeighborSource)
     added = 0
     for query in setup.corpus.queries:
         bundle = setup.bundle(query)
@@ -447,3 +458,45 @@ def test_pg_window_rejects_bad_settings(setup: Setup) -> None:
         source.fetch_window(["a"], [], 0, "both")
     with pytest.raises(InvalidSettingsError, match="direction='up'"):
         source.fetch_window(["a"], [], 2, "up")  # type: ignore[arg-type]
+
+
+def test_pg_a_docstore_holding_nodes_keeps_the_store_source(setup: Setup) -> None:
+    """Nodes in the docstore come first, as before: the table is read directly only without."""
+    filled = SCARNodePostprocessor(
+        docstore=setup.memory_index.docstore,
+        vector_store=setup.vector_store,
+        embed_model=setup.embed_model,
+    )
+    assert isinstance(filled.neighbor_source, StoreNeighborSource)
+    empty = SCARNodePostprocessor(vector_store=setup.vector_store, embed_model=setup.embed_model)
+    assert isinstance(empty.neighbor_source, PGVectorNodeSource)
+
+
+def test_pg_a_store_built_from_engines_is_read_once_it_has_connected(
+    postgres: Any, setup: Setup
+) -> None:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    async_engine = create_async_engine(postgres.uri("psycopg"))
+    store = postgres_store.PGVectorStore(
+        engine=engine,
+        async_engine=async_engine,
+        table_name="scar_li_corpus",
+        embed_dim=setup.corpus.dimension,
+    )
+    try:
+        source = PGVectorNodeSource(store)  # the store has not connected yet: no error here
+        assert store.client is None
+        with pytest.raises(InvalidSettingsError, match="has not connected yet"):
+            source.fetch(setup.corpus.ids[:1], [])
+        ids = setup.corpus.ids[:3]
+        assert sorted(node.node_id for node in store.get_nodes(node_ids=ids)) == sorted(ids)
+        fetched = source.fetch(ids, [])
+        assert sorted(fetched.nodes) == sorted(ids)
+        assert source._engine is engine, "the store's own engine, not a new pool"
+        source.close()
+        assert store.get_nodes(node_ids=ids[:1]), "close() left the store's engine open"
+    finally:
+        engine.dispose()
+        asyncio.run(async_engine.dispose())
