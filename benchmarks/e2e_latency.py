@@ -12,7 +12,9 @@ For each corpus size and dimension, in memory and on pgvector, this times per qu
 * LlamaIndex: ``index.as_retriever(similarity_top_k=10).retrieve`` alone against SCAR as the
   README sets it up: budget mode (``budget=10``) after a top-3 retrieval, so that both return
   10 nodes, and plain mode after the top-10 retrieval. The difference is the postprocessor's
-  added latency. On pgvector the index lives only in the database (empty docstore).
+  added latency. On pgvector the index lives only in the database (empty docstore), so SCAR
+  reads the table through ``PGVectorNodeSource`` by default; the store's own ``get_nodes``
+  (``StoreNeighborSource``, the default before session 5) is timed beside it.
 
 Query embedding is excluded: a fake model returns stored query vectors at once, for all sides.
 Every round runs each contender on the same query in turn, so machine noise is shared; the
@@ -409,7 +411,7 @@ def main() -> None:
                     from llama_index.core import VectorStoreIndex
                     from llama_index.core.schema import QueryBundle
 
-                    from scar_llamaindex import PGVectorNodeSource, create_node_id_index
+                    from scar_llamaindex import StoreNeighborSource, create_node_id_index
 
                     li_table = f"li_{size}_{dimension}"
                     li_store = load_llamaindex_table(server, corpus, li_table)
@@ -430,9 +432,17 @@ def main() -> None:
                             statements,
                         )
                         create_node_id_index(li_store)
-                        source = PGVectorNodeSource(li_store)
+                        # The default reads the table (PGVectorNodeSource); before session 5 it
+                        # went through the store's get_nodes, ring by ring.
+                        through_store = StoreNeighborSource(
+                            docstore=index.docstore, vector_store=li_store
+                        )
                         contenders = llamaindex_contenders(
-                            index, bundles, {"top 3 + SCAR budget=10, PGVectorNodeSource": source}
+                            index,
+                            bundles,
+                            {
+                                "top 3 + SCAR budget=10, get_nodes (StoreNeighborSource)": through_store
+                            },
                         )
                         statements = statements_per_query(contenders)
                         medians = interleaved_medians(contenders, rounds)
@@ -446,7 +456,6 @@ def main() -> None:
                             {k: round(v * 1e3, 2) for k, v in medians.items()},
                             flush=True,
                         )
-                        source.close()
                         with __import__("psycopg").connect(server.get_uri(), autocommit=True) as c:
                             c.execute(f'DROP INDEX IF EXISTS "data_{li_table}_node_id_idx"')
                     drop_hnsw_indexes(server.get_uri(), f"data_{li_table}")
