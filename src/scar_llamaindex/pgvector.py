@@ -178,6 +178,84 @@ def create_node_id_index(vector_store: Any, *, engine: Engine | None = None) -> 
     return name
 
 
+class _RingWalk:
+    """:meth:`PGVectorNodeSource.fetch_window`'s walk, one ring of neighbours per fetch.
+
+    Used when the table has no index on ``node_id``: the one-statement walk looks each reached
+    id up with its own scan of the table, while a ring's ids come in one scan. The result is the
+    recursive statement's: the nodes reached 1 to ``radius`` steps from a start node along one
+    link key, the vectors of those and of the requested ids, and the ids looked up in vain.
+
+    Drive it as: fetch ``request()`` (node ids, vector ids) and pass the result to ``add`` until
+    ``request()`` returns ``None``; then read ``result()``.
+    """
+
+    def __init__(
+        self, start: list[str], asked: list[str], radius: int, link_keys: Sequence[str]
+    ) -> None:
+        self._start = start
+        self._asked = asked
+        self._radius = radius
+        self._keys = [NodeRelationship(key) for key in link_keys]
+        self._depth = 0
+        self._held: dict[str, BaseNode] = {}
+        self._vectors: dict[str, npt.ArrayLike] = {}
+        self._absent: set[str] = set()
+        self._reached: dict[str, BaseNode] = {}
+        self._frontier: list[tuple[str, NodeRelationship]] = []
+        self._pending: list[tuple[str, NodeRelationship]] = []
+        self._wanted: list[str] = []
+
+    def request(self) -> tuple[list[str], list[str]] | None:
+        """The node ids (and, first, vector ids) to fetch next, or ``None`` when done."""
+        if self._depth == 0:
+            return self._start, self._asked
+        if self._depth > self._radius:
+            return None
+        steps = []
+        for node_id, key in self._frontier:
+            info = self._held[node_id].relationships.get(key)
+            target = getattr(info, "node_id", None)
+            if isinstance(target, str):
+                steps.append((target, key))
+        self._pending = list(dict.fromkeys(steps))
+        self._wanted = [
+            target
+            for target in dict.fromkeys(t for t, _ in self._pending)
+            if target not in self._held and target not in self._absent
+        ]
+        if not self._pending:
+            return None
+        return self._wanted, []
+
+    def add(self, fetched: FetchedNodes) -> None:
+        """Take in the fetch of the last request."""
+        self._held.update(fetched.nodes)
+        self._vectors.update(fetched.vectors)
+        if self._depth == 0:
+            self._absent.update(i for i in self._asked if i not in fetched.vectors)
+            self._frontier = [
+                (node_id, key)
+                for node_id in self._start
+                if node_id in self._held
+                for key in self._keys
+            ]
+        else:
+            self._absent.update(i for i in self._wanted if i not in self._held)
+            self._frontier = []
+            for target, key in self._pending:
+                if target in self._held:
+                    self._reached.setdefault(target, self._held[target])
+                    self._frontier.append((target, key))
+        self._depth += 1
+
+    def result(self) -> FetchedWindow:
+        """What the walk reached, as :meth:`PGVectorNodeSource.fetch_window` returns it."""
+        wanted = [*self._reached, *self._asked]
+        vectors = {i: self._vectors[i] for i in dict.fromkeys(wanted) if i in self._vectors}
+        return FetchedWindow(dict(self._reached), vectors, frozenset(self._absent))
+
+
 class PGVectorNodeSource:
     """Fetch neighbour nodes and their stored vectors from a ``PGVectorStore``, in one query.
 
@@ -188,7 +266,10 @@ class PGVectorNodeSource:
     every node within a radius of the retrieved nodes in one statement, following the
     ``PREVIOUS`` / ``NEXT`` relationships stored in each row, so the postprocessor's whole walk
     usually costs one round trip. Nodes are rebuilt as ``PGVectorStore.get_nodes`` rebuilds them.
-    Run :func:`create_node_id_index` once so that both queries use an index.
+    Run :func:`create_node_id_index` once so that both queries use an index. Without it (checked
+    at the first window, and logged once) the window is read ring by ring, one scan of the table
+    per ring, as ``get_nodes`` would: the one-statement walk would scan the table once for every
+    node it reaches.
 
     Args:
         vector_store: The index's ``PGVectorStore`` (``index.vector_store``).
@@ -228,6 +309,8 @@ class PGVectorNodeSource:
         self._owns_engine = False
         self._reads: SQLReads | None = None
         self._areads: SQLReads | None = None
+        #: Whether the table has an index on node_id; read at the first window fetch.
+        self._node_id_indexed: bool | None = None
         self._engine_lock = threading.Lock()
         self._by_id_statement: TextClause | None = None
         self._window_statement: TextClause | None = None
@@ -363,6 +446,39 @@ LEFT JOIN LATERAL (
         self._window_statement = text(statement)
         return self._window_statement
 
+    @staticmethod
+    def _index_query() -> TextClause:
+        """Whether some index of the table starts with its ``node_id`` column."""
+        from sqlalchemy import text
+
+        return text(
+            "SELECT EXISTS (SELECT FROM pg_index AS i JOIN pg_attribute AS a "
+            "ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
+            "WHERE i.indrelid = to_regclass(:table) AND a.attname = 'node_id')"
+        )
+
+    def _index_parameters(self) -> dict[str, str]:
+        return {"table": self._table.qualified_name}
+
+    def _note_index(self, indexed: bool) -> None:
+        if not indexed:
+            logger.warning(
+                "table %s has no index on node_id, so every read of nodes by id scans it; SCAR "
+                "reads the window ring by ring (one scan per ring) instead of in one statement. "
+                "create_node_id_index(vector_store) adds the index.",
+                self._table.qualified_name,
+            )
+        self._node_id_indexed = indexed
+
+    @staticmethod
+    def _ring_walk(parameters: Mapping[str, Any]) -> _RingWalk:
+        return _RingWalk(
+            parameters["start_ids"],
+            parameters["vector_ids"],
+            parameters["radius"],
+            parameters["link_keys"],
+        )
+
     def _decode(self, raw_vectors: Sequence[object]) -> list[npt.NDArray[np.float32] | None]:
         return decode_pgvector_binary(raw_vectors, self._table.dtype, np.float32)
 
@@ -472,6 +588,14 @@ LEFT JOIN LATERAL (
         parameters = self._window_parameters(start_ids, vector_ids, radius, direction)
         if parameters is None:
             return FetchedWindow()
+        if self._node_id_indexed is None:
+            rows = self._sync_reads().rows(self._index_query(), self._index_parameters())
+            self._note_index(bool(rows[0][0]))
+        if not self._node_id_indexed:
+            walk = self._ring_walk(parameters)
+            while (request := walk.request()) is not None:
+                walk.add(self.fetch(*request))
+            return walk.result()
         rows = self._sync_reads().rows(self._window_select(), parameters)
         return self._collect_window(rows)
 
@@ -486,6 +610,16 @@ LEFT JOIN LATERAL (
         parameters = self._window_parameters(start_ids, vector_ids, radius, direction)
         if parameters is None:
             return FetchedWindow()
+        if self._node_id_indexed is None:
+            rows = await self._async_reads.arows(
+                self._async.current(), self._index_query(), self._index_parameters()
+            )
+            self._note_index(bool(rows[0][0]))
+        if not self._node_id_indexed:
+            walk = self._ring_walk(parameters)
+            while (request := walk.request()) is not None:
+                walk.add(await self.afetch(*request))
+            return walk.result()
         rows = await self._async_reads.arows(
             self._async.current(), self._window_select(), parameters
         )

@@ -142,6 +142,12 @@ def _fresh_counters(setup: Setup) -> None:
     setup.statements.clear()
 
 
+def settled(source: PGVectorNodeSource) -> PGVectorNodeSource:
+    """The source after its first window fetch, which also checks the table for its index."""
+    source.fetch_window(["no-such-node"], [], 1)
+    return source
+
+
 def traced(output: Sequence[NodeWithScore]) -> list[tuple[str, dict[str, Any]]]:
     """Each node's id and SCAR trace (the retriever's own score compared separately)."""
     return [
@@ -207,10 +213,13 @@ def test_pg_default_source_matches_memory_without_embedding_nodes(
 def test_pg_node_source_matches_memory_one_statement_per_hop(
     setup: Setup, window: int, mode: str
 ) -> None:
+    create_node_id_index(setup.vector_store, engine=setup.sql)
     source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
     settings = {"window": window, **MODES[mode]}
     on_pg = SCARNodePostprocessor(neighbor_source=source, embed_model=setup.embed_model, **settings)
     in_memory = SCARNodePostprocessor.from_index(setup.memory_index, **settings)
+    first = next(iter(setup.corpus.queries))  # the first window also checks for the index
+    on_pg.postprocess_nodes(setup.retrieve(setup.pg_index, first), setup.bundle(first))
     for query in setup.corpus.queries:
         bundle = setup.bundle(query)
         seeds = setup.retrieve(setup.pg_index, query)
@@ -349,7 +358,7 @@ WINDOW_CASES: list[dict[str, Any]] = [
 def test_pg_window_matches_lazy_and_memory_in_one_statement(
     setup: Setup, settings: dict[str, Any], top_k: int
 ) -> None:
-    source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
+    source = settled(PGVectorNodeSource(setup.vector_store, engine=setup.sql))
     windowed = SCARNodePostprocessor(
         neighbor_source=source, embed_model=setup.embed_model, **settings
     )
@@ -388,11 +397,45 @@ async def test_pg_window_async_matches_sync(setup: Setup) -> None:
     assert setup.embed_model.texts_embedded == 0
 
 
-def test_pg_window_walks_both_ways_and_reports_absent_ids(setup: Setup) -> None:
-    source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
+@pytest.fixture(scope="module")
+def unindexed_store(setup: Setup, postgres: Any) -> Any:
+    """The corpus again, in a table that never gets an index on node_id."""
+    store = postgres_store.PGVectorStore(
+        connection_string=postgres.uri("psycopg"),
+        async_connection_string=postgres.uri("psycopg"),
+        table_name="scar_li_unindexed",
+        embed_dim=setup.corpus.dimension,
+    )
+    VectorStoreIndex(
+        nodes_of(setup.corpus),
+        storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=setup.embed_model,
+    )
+    return store
+
+
+@pytest.fixture(params=["indexed", "unindexed"])
+def window_source(
+    request: pytest.FixtureRequest, setup: Setup, unindexed_store: Any
+) -> tuple[PGVectorNodeSource, bool]:
+    """A settled source, and whether its table has the node_id index (one-statement windows)."""
+    if request.param == "indexed":
+        create_node_id_index(setup.vector_store, engine=setup.sql)
+        source = settled(PGVectorNodeSource(setup.vector_store, engine=setup.sql))
+    else:
+        source = settled(PGVectorNodeSource(unindexed_store, engine=setup.sql))
+    setup.statements.clear()
+    return source, request.param == "indexed"
+
+
+def test_pg_window_walks_both_ways_and_reports_absent_ids(
+    setup: Setup, window_source: tuple[PGVectorNodeSource, bool]
+) -> None:
+    source, indexed = window_source
     ids = setup.corpus.ids  # 6 documents of 8 chunks, in order
     window = source.fetch_window([ids[3]], [ids[3], "missing"], 2, "both")
-    assert len(setup.statements) == 1
+    # Without the index: the start rows and the asked vectors, then one statement per ring.
+    assert len(setup.statements) == (1 if indexed else 3)
     assert sorted(window.nodes) == sorted([ids[1], ids[2], ids[4], ids[5]])
     assert sorted(window.vectors) == sorted([ids[1], ids[2], ids[3], ids[4], ids[5]])
     assert window.absent == {"missing"}
@@ -409,6 +452,65 @@ def test_pg_window_walks_both_ways_and_reports_absent_ids(setup: Setup) -> None:
     setup.statements.clear()
     assert source.fetch_window([], [], 2, "both").nodes == {}
     assert setup.statements == []
+
+
+def comparable_window(window: Any) -> tuple[Any, ...]:
+    nodes = {
+        node_id: (node.get_content(), node.metadata, sorted(node.relationships))
+        for node_id, node in window.nodes.items()
+    }
+    vectors = {node_id: np.asarray(v).tolist() for node_id, v in window.vectors.items()}
+    return nodes, vectors, window.absent
+
+
+def test_pg_ring_by_ring_windows_equal_the_one_statement_walk(
+    setup: Setup, unindexed_store: Any
+) -> None:
+    """Without the node_id index the window is read ring by ring, with the same result."""
+    create_node_id_index(setup.vector_store, engine=setup.sql)
+    one_statement = settled(PGVectorNodeSource(setup.vector_store, engine=setup.sql))
+    ring_by_ring = settled(PGVectorNodeSource(unindexed_store, engine=setup.sql))
+    rng = np.random.default_rng(5)
+    ids = [*setup.corpus.ids, "missing-a", "missing-b"]
+    with_nodes = with_absent = 0
+    for _ in range(60):
+        start = list(rng.choice(ids, size=int(rng.integers(0, 5))))
+        asked = list(rng.choice(ids, size=int(rng.integers(0, 4))))
+        radius = int(rng.integers(1, 5))
+        direction = str(rng.choice(["both", "previous", "next"]))
+        setup.statements.clear()
+        expected = one_statement.fetch_window(start, asked, radius, direction)  # type: ignore[arg-type]
+        assert len(setup.statements) <= 1
+        found = ring_by_ring.fetch_window(start, asked, radius, direction)  # type: ignore[arg-type]
+        assert comparable_window(found) == comparable_window(expected), (start, asked, radius)
+        with_nodes += bool(expected.nodes)
+        with_absent += bool(expected.absent)
+    assert with_nodes > 20
+    assert with_absent >= 3  # asked ids the table lacks (the seed is fixed)
+
+
+async def test_pg_ring_by_ring_async_equals_sync(setup: Setup, unindexed_store: Any) -> None:
+    source = PGVectorNodeSource(unindexed_store, engine=setup.sql)
+    try:
+        ids = setup.corpus.ids
+        for radius, direction in [(1, "both"), (3, "previous"), (4, "next")]:
+            expected = source.fetch_window([ids[2], ids[20]], [ids[0]], radius, direction)  # type: ignore[arg-type]
+            found = await source.afetch_window([ids[2], ids[20]], [ids[0]], radius, direction)  # type: ignore[arg-type]
+            assert comparable_window(found) == comparable_window(expected)
+    finally:
+        await source.aclose()
+
+
+def test_pg_a_table_without_the_node_id_index_is_named_once(
+    setup: Setup, unindexed_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = PGVectorNodeSource(unindexed_store, engine=setup.sql)
+    with caplog.at_level("WARNING", logger="scar_llamaindex.pgvector"):
+        source.fetch_window(setup.corpus.ids[:2], [], 2)
+        source.fetch_window(setup.corpus.ids[2:4], [], 2)
+    warnings = [r for r in caplog.records if "create_node_id_index" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "data_scar_li_unindexed" in warnings[0].getMessage()
 
 
 def test_pg_window_records_a_missing_neighbour_as_absent(setup: Setup) -> None:
