@@ -24,7 +24,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -181,9 +181,9 @@ def runs_hybrid_search(vectorstore: object) -> bool:
 def check_search_matches_store(vectorstore: object, search_source: object) -> None:
     """Refuse a :class:`PGVectorChunks` search that would rank differently from the store's.
 
-    It must read the store's table with the store's distance strategy and index query options,
-    and the store must not run hybrid (dense + full-text) search, which it would replace with a
-    dense one. Anything else (another store, another search source, a langchain-postgres
+    It must read the store's table and columns with the store's distance strategy and index
+    query options (its hits replace the store's, documents included), and the store must not run
+    hybrid (dense + full-text) search, which it would replace with a dense one. Anything else (another store, another search source, a langchain-postgres
     version whose table cannot be read) is left unchecked.
 
     Raises:
@@ -205,7 +205,7 @@ def check_search_matches_store(vectorstore: object, search_source: object) -> No
     table = search_source.table
     differences = [
         f"{name} {getattr(table, name)!r} (the store's: {getattr(expected, name)!r})"
-        for name in ("schema_name", "table_name", "embedding_column", "distance", "search_settings")
+        for name in (field.name for field in fields(PGVectorTable))
         if getattr(table, name) != getattr(expected, name)
     ]
     if differences:

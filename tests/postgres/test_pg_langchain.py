@@ -555,6 +555,12 @@ def test_pg_a_search_source_that_searches_differently_is_refused(setup: Setup) -
     other_table = PGVectorChunks(setup.sql, PGVectorTable("somewhere_else"))
     with pytest.raises(InvalidSettingsError, match="table_name 'somewhere_else'"):
         SCARRetriever(vectorstore=setup.pg_store, search_source=other_table)
+    # Its hits replace the store's, documents included: the columns must match too.
+    more_metadata = PGVectorChunks(setup.sql, PGVectorTable(setup.table, metadata_columns=("a",)))
+    with pytest.raises(
+        InvalidSettingsError, match=r"metadata_columns \('a',\) \(the store's: \(\)\)"
+    ):
+        SCARRetriever(vectorstore=setup.pg_store, search_source=more_metadata)
     # As neighbour and vector sources they may read any table: nothing is searched there.
     SCARRetriever(vectorstore=setup.pg_store, neighbor_source=other_distance)
 
