@@ -2,15 +2,18 @@
 
 Two readers for the table of a ``langchain_postgres.PGVectorStore``:
 
-* :class:`PGVectorStoreVectors` reads vectors through the store's own public
-  ``get(ids=..., include=["embeddings"])``: one SQL query per batch and nothing to configure.
-  :class:`~scar_langchain.SCARRetriever` picks it by default for a ``PGVectorStore``. The store
-  returns each vector as text, which costs about 0.6 microseconds per dimension to parse.
 * :class:`PGVectorChunks` queries the table directly: a batch of chunks comes back with its
   vectors in one query, the vectors in pgvector's binary form (exact float32, no text to parse).
   Its search returns the hits with their vectors. ``PGVectorChunks.from_store(store)`` reads the
   table, columns, distance strategy and index query options from the store, and serves as the
   retriever's ``search_source`` (and so as its ``neighbor_source`` and ``vector_source``).
+  :class:`~scar_langchain.SCARRetriever` given a ``PGVectorStore`` and no sources uses one on
+  the store's own pool (``share_store_pool=True``).
+* :class:`PGVectorStoreVectors` reads vectors through the store's own public
+  ``get(ids=..., include=["embeddings"])``: one SQL query per batch and nothing to configure.
+  The retriever falls back to it when this langchain-postgres version keeps the store's table
+  elsewhere. The store returns each vector as text, which costs about 0.6 microseconds per
+  dimension to parse.
 
 Neither imports ``langchain_postgres`` or ``sqlalchemy`` until it is built, so
 ``scar_langchain`` imports without the ``postgres`` extra.
