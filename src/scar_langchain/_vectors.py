@@ -4,7 +4,8 @@ SCAR computes ``cos(q, c)``, ``cos(q, n)`` and ``cos(c, n)`` from vectors, never
 scores. A :class:`NeighborVectorSource` supplies those vectors, in order of preference:
 
 1. read them from the store that already holds them (:class:`InMemoryStoreVectors`,
-   :class:`FaissStoreVectors`, :class:`~scar_langchain.PGVectorStoreVectors`);
+   :class:`FaissStoreVectors`, and for a ``PGVectorStore`` :class:`~scar_langchain.PGVectorChunks`
+   or, through its public API, :class:`~scar_langchain.PGVectorStoreVectors`);
 2. otherwise compute them with an ``Embeddings`` model (:class:`EmbeddingVectors`), ideally one
    behind a cache (LangChain's ``CacheBackedEmbeddings``, or :class:`ScarEmbeddings` over
    ``scar_core``'s ``CachedEmbedder``) so each chunk is embedded once.
