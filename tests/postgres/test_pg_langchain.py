@@ -99,14 +99,14 @@ def filled_store(engine: Any, corpus: Corpus, table: str, **options: Any) -> Any
 
 
 @contextmanager
-def store_statements(setup: Setup) -> Iterator[list[str]]:
-    """Collect the statements the store's own engine runs inside the block."""
+def store_statements(setup: Setup, engine: Any = None) -> Iterator[list[str]]:
+    """Collect the statements the store's engine (``PGEngine``) runs inside the block."""
     seen: list[str] = []
 
     def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         seen.append(statement)
 
-    store_engine = setup.engine_pg._pool.sync_engine
+    store_engine = (engine or setup.engine_pg)._pool.sync_engine
     sqlalchemy.event.listen(store_engine, "before_cursor_execute", count)
     try:
         yield seen
@@ -714,3 +714,26 @@ def test_pg_sharing_the_store_pool_takes_no_connection_of_its_own(setup: Setup) 
     assert sorted(fetched.documents) == sorted(setup.corpus.ids[:4])
     shared.close()  # the pool is the store's: it stays open
     assert setup.pg_store.get_by_ids(setup.corpus.ids[:1])
+
+
+def test_pg_by_default_a_store_on_asyncpg_is_read_on_its_pool(postgres: Any, setup: Setup) -> None:
+    """asyncpg takes the SQLAlchemy path (the query vector as text); same results."""
+    pytest.importorskip("asyncpg")
+    engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("asyncpg"))
+    store = langchain_postgres.PGVectorStore.create_sync(engine, setup.embeddings, setup.table)
+    on_asyncpg = SCARRetriever(vectorstore=store, k=3, window=2)
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, k=3, window=2)
+    queries = list(setup.corpus.queries)[:4]
+
+    async def answered_async() -> list[Any]:
+        return [comparable(await on_asyncpg.ainvoke(query)) for query in queries]
+
+    try:
+        expected = [comparable(in_memory.invoke(query)) for query in queries]
+        with store_statements(setup, engine) as seen:
+            assert [comparable(on_asyncpg.invoke(query)) for query in queries] == expected
+        assert any("vector_send(" in statement for statement in seen), "the table, read directly"
+        assert asyncio.run(answered_async()) == expected
+    finally:
+        asyncio.run(engine.close())
+    assert setup.embeddings.documents_embedded == 0
