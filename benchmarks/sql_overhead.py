@@ -9,7 +9,10 @@ times, side by side on the same server and the same ids:
 * ``SQLReads``: ``scar_core._sql_reads.SQLReads.rows``, on the pool's driver connection;
 * ``psycopg``: one open autocommit psycopg connection and a cursor (no pool at all): the floor;
 * ``PGVectorChunks.fetch``: the LangChain source's whole read (``SQLReads`` plus decoding the
-  rows into documents and vectors).
+  rows into documents and vectors);
+* ``store pool``: ``SQLReads.arows`` on a langchain-postgres ``PGEngine``'s own pool, handed to
+  its event-loop thread, as ``SCARRetriever`` reads a ``PGVectorStore`` given no sources; and
+  the hand-over alone (a coroutine that sends no statement).
 
 for a read of 35 chunks with their vectors by id (the size of one budget-mode prefetch) on a 10k
 x 384 LangChain table, and for ``SELECT 1``. It prints the medians and the ratios to the floor.
@@ -55,7 +58,7 @@ def main() -> None:
     corpus = make_corpus(SIZE, DIMENSION)
     with pgvector_server() as server:
         table = "sql_overhead"
-        load_langchain_table(server, corpus, table)
+        store_engine, _ = load_langchain_table(server, corpus, table)
         engine = sqlalchemy.create_engine(server.get_uri(driver="psycopg"))
         chunks = PGVectorChunks(engine, PGVectorTable(table))
         chunks.fetch([corpus.chunk_id(0)])  # reads the table's layout
@@ -69,6 +72,19 @@ def main() -> None:
             for round_ in range(args.rounds + 2)
         ]
         select_one = sqlalchemy.text("SELECT 1")
+        # How SCARRetriever reads a PGVectorStore by default (scar_langchain.pgvector._StorePool).
+        store_pool = store_engine._pool
+        store_reads = SQLReads(store_pool.sync_engine)
+
+        def on_store_pool(statement: sqlalchemy.TextClause, ids: bool) -> Callable[[int], object]:
+            def run(i: int) -> object:
+                read = store_reads.arows(store_pool, statement, {"ids": id_sets[i]} if ids else {})
+                return store_engine._run_as_sync(read)
+
+            return run
+
+        async def nothing() -> None:
+            return None
 
         def through_sqlalchemy(
             statement: sqlalchemy.TextClause, ids: bool
@@ -93,11 +109,14 @@ def main() -> None:
                 "SQLReads": lambda i: reads.rows(by_id, {"ids": id_sets[i]}),
                 "psycopg": on_bare(driver_sql, ids=True),
                 "PGVectorChunks.fetch": lambda i: chunks.fetch(id_sets[i]),
+                "store pool": on_store_pool(by_id, ids=True),
             },
             "SELECT 1": {
                 "sqlalchemy": through_sqlalchemy(select_one, ids=False),
                 "SQLReads": lambda i: reads.rows(select_one, {}),
                 "psycopg": on_bare("SELECT 1", ids=False),
+                "store pool": on_store_pool(select_one, ids=False),
+                "store pool: the hand-over alone": lambda i: store_engine._run_as_sync(nothing()),
             },
         }
         table_rows = []
@@ -123,6 +142,7 @@ def main() -> None:
         bare.close()
         chunks.close()
         engine.dispose()
+        store_engine._run_as_sync(store_pool.dispose())
 
     text = "\n".join(
         [
