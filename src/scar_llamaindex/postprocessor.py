@@ -921,13 +921,13 @@ def _choose_source(
             f"vector_store={vector_store!r} is not valid; it must be a LlamaIndex "
             "BasePydanticVectorStore."
         )
-    if vector_store is not None and _holds_no_nodes(docstore):
-        from scar_llamaindex.pgvector import PGVectorNodeSource, is_pgvector_store
+    from scar_llamaindex.pgvector import PGVectorNodeSource, is_pgvector_store
 
-        if is_pgvector_store(vector_store):
-            # The whole index lives in the table: read it directly (binary vectors, and every
-            # ring of neighbours in one recursive statement) instead of through get_nodes.
-            return PGVectorNodeSource(vector_store)
+    # The store type first: counting a filled docstore's nodes is work any other setup skips.
+    if is_pgvector_store(vector_store) and _holds_no_nodes(docstore):
+        # The whole index lives in the table: read it directly (binary vectors, and every
+        # ring of neighbours in one recursive statement) instead of through get_nodes.
+        return PGVectorNodeSource(vector_store)
     return StoreNeighborSource(docstore=docstore, vector_store=vector_store)
 
 
