@@ -1,16 +1,19 @@
-"""A mapping whose values are made on first lookup, for the adapters' per-query state.
+"""Things the adapters do only when they must.
 
-Budgeted selection and passage assembly look up a fraction of the chunks a query has fetched
-(token counts, text records); the adapters make those values only when asked, through
-:class:`LazyValues`.
+* :class:`LazyValues`: a mapping whose values are made on first lookup. Budgeted selection and
+  passage assembly look up a fraction of the chunks a query has fetched (token counts, text
+  records); the adapters make those values only when asked.
+* :func:`isinstance_if_loaded`: a type check against an optional package's class that never
+  imports the package.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
-__all__ = ["LazyValues"]
+__all__ = ["LazyValues", "isinstance_if_loaded"]
 
 V = TypeVar("V")
 
@@ -44,3 +47,18 @@ class LazyValues(Mapping[str, V], Generic[V]):
 
     def __len__(self) -> int:
         return len(self._keys)
+
+
+def isinstance_if_loaded(value: object, module_name: str, class_name: str) -> bool:
+    """Whether ``value`` is an instance of ``module_name.class_name``, without importing it.
+
+    An object can only be an instance of a class whose module is already loaded, so an optional
+    package that was never imported means ``False``, at no import cost.
+
+    Args:
+        value: The object to check.
+        module_name: The module defining the class, such as ``"langchain_postgres.v2.vectorstores"``.
+        class_name: The class's name in that module.
+    """
+    cls = getattr(sys.modules.get(module_name), class_name, None)
+    return isinstance(cls, type) and isinstance(value, cls)

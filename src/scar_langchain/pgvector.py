@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +34,7 @@ import numpy.typing as npt
 from langchain_core.documents import Document
 
 from scar_core._async_engines import AsyncEnginePerLoop
+from scar_core._lazy import isinstance_if_loaded
 from scar_core._sql_reads import (
     Row,
     Settings,
@@ -87,9 +87,7 @@ def is_pgvector_store(vectorstore: object) -> bool:
     The check never imports ``langchain_postgres``: an object can only be one of its stores when
     the module is already loaded.
     """
-    module = sys.modules.get("langchain_postgres.v2.vectorstores")
-    store_type = getattr(module, "PGVectorStore", None)
-    return isinstance(store_type, type) and isinstance(vectorstore, store_type)
+    return isinstance_if_loaded(vectorstore, "langchain_postgres.v2.vectorstores", "PGVectorStore")
 
 
 def _text_vector(value: object) -> FloatVector | None:

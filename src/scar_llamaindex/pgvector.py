@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from llama_index.core.schema import BaseNode, NodeRelationship, TextNode
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
 from scar_core._async_engines import AsyncEnginePerLoop
+from scar_core._lazy import isinstance_if_loaded
 from scar_core._sql_reads import SQLReads, decode_pgvector_binary
 from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_llamaindex.sources import FetchedNodes, FetchedWindow
@@ -60,9 +60,7 @@ def is_pgvector_store(vector_store: object) -> bool:
     The check never imports ``llama_index.vector_stores.postgres``: an object can only be one of
     its stores when the module is already loaded.
     """
-    module = sys.modules.get("llama_index.vector_stores.postgres")
-    store_type = getattr(module, "PGVectorStore", None)
-    return isinstance(store_type, type) and isinstance(vector_store, store_type)
+    return isinstance_if_loaded(vector_store, "llama_index.vector_stores.postgres", "PGVectorStore")
 
 
 def _pgvector_store_type() -> type[Any]:
