@@ -263,8 +263,8 @@ class SCARRetriever(BaseRetriever):
         default=None,
         description="Searches the vector store's table itself and returns the hits with their "
         "stored vectors in the same round trip (PGVectorChunks.from_store(store)). Used instead "
-        "of the vector store's search, which it must match (same table, distance and index "
-        "options); search_kwargs must then be empty. It also serves as neighbor_source and "
+        "of the vector store's search, which it must match (same table, columns, distance and "
+        "index options); search_kwargs must then be empty. It also serves as neighbor_source and "
         "vector_source when those are unset.",
     )
     vector_source: NeighborVectorSource | None = Field(

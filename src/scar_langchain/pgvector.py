@@ -184,8 +184,9 @@ def check_search_matches_store(vectorstore: object, search_source: object) -> No
 
     It must read the store's table and columns with the store's distance strategy and index
     query options (its hits replace the store's, documents included), and the store must not run
-    hybrid (dense + full-text) search, which it would replace with a dense one. Anything else (another store, another search source, a langchain-postgres
-    version whose table cannot be read) is left unchecked.
+    hybrid (dense + full-text) search, which it would replace with a dense one. Anything else
+    (another store, another search source, a langchain-postgres version whose table cannot be
+    read) is left unchecked.
 
     Raises:
         InvalidSettingsError: Naming each difference, and :meth:`PGVectorChunks.from_store`.
