@@ -138,6 +138,38 @@ def test_async_rows_equal_sync_rows(postgres: Any) -> None:
     sync_engine.dispose()
 
 
+def test_an_async_failing_statement_returns_its_connection_unchanged(postgres: Any) -> None:
+    """The async direct path checks out a raw pooled connection: a failure must still return it
+    (one connection in the pool, so a leak would block the next read) as it came."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    reads = SQLReads(sqlalchemy.create_engine(postgres.uri("psycopg")))
+    failing = sqlalchemy.text("SELECT CAST(:value AS integer)")
+
+    async def read() -> tuple[Any, Any, bool]:
+        engine = create_async_engine(postgres.uri("psycopg"), pool_size=1, max_overflow=0)
+        try:
+            with pytest.raises(Exception, match="not a number"):
+                await reads.arows(engine, failing, {"value": "not a number"})
+            with pytest.raises(Exception, match="not a number"):
+                await reads.arows(
+                    engine, failing, {"value": "not a number"}, [("work_mem", "99kB")]
+                )
+            found = await asyncio.wait_for(reads.arows(engine, failing, {"value": "7"}), 10)
+            setting = await reads.arows(engine, sqlalchemy.text("SHOW work_mem"), {})
+            async with engine.connect() as connection:
+                pooled = await connection.get_raw_connection()
+                autocommit = bool(pooled.driver_connection.autocommit)
+            return found[0][0], setting[0][0], autocommit
+        finally:
+            await engine.dispose()
+
+    value, work_mem, autocommit = asyncio.run(read())
+    assert value == 7
+    assert work_mem != "99kB"
+    assert autocommit is False
+
+
 def test_an_async_query_vector_reaches_the_server_exactly(postgres: Any) -> None:
     from sqlalchemy.ext.asyncio import create_async_engine
 
