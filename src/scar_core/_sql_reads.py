@@ -232,8 +232,9 @@ class SQLReads:
 
         On the direct path the pool's connection is checked out with ``AsyncEngine.raw_connection``
         rather than through an ``AsyncConnection``, whose wrapping (an execution-options copy of
-        the engine, a greenlet hop per call, the transaction bookkeeping) cost about 0.8 ms a
-        statement on the benchmark machine (``benchmarks/sql_overhead.py``).
+        the engine, a greenlet hop per call, the transaction bookkeeping) cost 0.74-0.79 ms a
+        statement on a ``PGVectorStore``'s pool in a side-by-side timing on the benchmark machine
+        (``benchmarks/results/README.md``, section 5).
         """
         dialect = engine.dialect
         if not _direct(dialect, _ASYNC_DRIVERS, engine.sync_engine):
