@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -46,7 +48,6 @@ from scar_core.policy import (
     numeric_array,
     unit_vector_or_problem,
 )
-from scar_core.scoring import as_unit_vector
 from scar_core.settings import DEFAULT_LAMBDA, Direction, validate_direction, validate_lambda
 from scar_core.vectors import VectorSource, lookup_vectors
 
@@ -155,7 +156,23 @@ def _check_positive_int(name: str, value: object) -> None:
         raise InvalidSettingsError(f"{name}={value!r} is not valid; it must be an integer >= 1.")
 
 
-@dataclass
+_priority = operator.attrgetter("priority")
+
+
+def _query_unit(query: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """The query as a unit vector, or an :class:`InvalidVectorError` saying what is wrong."""
+    query_vector = numeric_array(query, "the query vector")
+    if query_vector.ndim != 1 or query_vector.shape[0] == 0:
+        raise InvalidVectorError(f"the query vector has shape {query_vector.shape}; expected 1-D.")
+    unit, _ = unit_vector_or_problem(query_vector, query_vector.shape[0])
+    if unit is not None:
+        return unit
+    if not np.isfinite(query_vector).all():
+        raise InvalidVectorError("the query vector has NaN or infinite values.")
+    raise InvalidVectorError("the query vector is zero; check that the query is not empty.")
+
+
+@dataclass(slots=True)
 class _Bid:
     priority: float
     chunk_id: str
@@ -204,15 +221,14 @@ def select_within_budget(
         raise InvalidSettingsError(
             "max_tokens is set but token_counts is None; pass the token count of each chunk."
         )
-    query_vector = numeric_array(query, "the query vector")
-    if query_vector.ndim != 1 or query_vector.shape[0] == 0:
-        raise InvalidVectorError(f"the query vector has shape {query_vector.shape}; expected 1-D.")
-    if not np.isfinite(query_vector).all():
-        raise InvalidVectorError("the query vector has NaN or infinite values.")
-    if not np.any(query_vector):
-        raise InvalidVectorError("the query vector is zero; check that the query is not empty.")
-    query_unit = as_unit_vector(query_vector)
-    graph = neighbors if isinstance(neighbors, LinkLookup) else NeighborGraph(neighbors)
+    query_unit = _query_unit(query)
+    # The attribute test is what isinstance(neighbors, LinkLookup) checks, at a fraction of the
+    # cost of a runtime protocol check (adapters call this once per query or more).
+    graph: LinkLookup = (
+        cast(LinkLookup, neighbors)
+        if callable(getattr(neighbors, "step", None))
+        else NeighborGraph(cast(Links, neighbors))
+    )
     steps = steps_for(settings.direction)
     ranked = list(dict.fromkeys(ranked_ids))
     dimension = query_unit.shape[0]
@@ -222,9 +238,11 @@ def select_within_budget(
     problems: dict[str, str] = {}
 
     def load(ids: Sequence[str]) -> None:
-        wanted = [c for c in dict.fromkeys(ids) if c not in units and c not in problems]
+        wanted = [c for c in ids if c not in units and c not in problems]
         if not wanted:
             return
+        if len(wanted) > 1:
+            wanted = list(dict.fromkeys(wanted))
         found = lookup_vectors(vectors, wanted)
         for chunk_id in wanted:
             if chunk_id not in found:
@@ -235,7 +253,7 @@ def select_within_budget(
                 problems[chunk_id] = problem or "it is unusable"
                 continue
             units[chunk_id] = unit
-            relevance[chunk_id] = float(unit @ query_unit)
+            relevance[chunk_id] = float(unit.dot(query_unit))
 
     load(ranked)
     forced = ranked[: settings.min_seeds]
@@ -290,7 +308,7 @@ def select_within_budget(
                 skipped.append(SkippedNeighbor(seed, candidate, reason, problems[candidate]))
                 passed_over.add(candidate)
                 continue
-            penalty = 1.0 - float(units[via] @ units[candidate])
+            penalty = 1.0 - float(units[via].dot(units[candidate]))
             score = relevance[candidate] - settings.lambda_ * penalty
             bid = _Bid(
                 score + settings.continuity_bonus,
@@ -318,10 +336,11 @@ def select_within_budget(
             cursor += 1
         next_seed = usable[cursor] if cursor < len(usable) else None
         seed_bid = relevance[next_seed] if next_seed is not None else -math.inf
-        for chunk_id in [c for c in frontier if not fits(c)]:
-            passed_over.add(chunk_id)
-            del frontier[chunk_id]
-        best = max(frontier.values(), key=lambda bid: bid.priority, default=None)
+        if tokens_left is not None:
+            for chunk_id in [c for c in frontier if not fits(c)]:
+                passed_over.add(chunk_id)
+                del frontier[chunk_id]
+        best = max(frontier.values(), key=_priority, default=None)
         if best is not None and best.priority > seed_bid:
             competing = seed_bid if next_seed is not None else floor + settings.continuity_bonus
             decision = Decision(

@@ -205,6 +205,7 @@ class BudgetRun:
         self.extend_hops = EXTEND_HOPS if settings.window is None else 0
         self._steps = steps_for(settings.direction)
         self._first_request_sent = False
+        self._rings_predicted = False
         self.attempts = 0
         self.result: ExpansionResult | None = None
 
@@ -212,13 +213,21 @@ class BudgetRun:
         """Return the next neighbours to fetch, or ``None`` once the prefetch is done.
 
         The first request holds the first ring (read from the seeds' links) and the predicted ids
-        of the further rings. Each later request holds the chunks within the prefetch depth that
-        the walk from the seeds reaches but the pool does not know yet, which is nothing when the
-        predictions were right. (A walk stops at the first unknown chunk, so each later request
-        discovers one more ring along every chain that is still short.)
+        of the further rings. When some deeper-prefetched seed is not named by position, each
+        later request holds the chunks within the prefetch depth that the walk from the seeds
+        reaches but the pool does not know yet. (A walk stops at the first unknown chunk, so each
+        later request discovers one more ring along every chain that is still short.)
         """
         if not self._first_request_sent:
             self._first_request_sent = True
+            # When every deeper-prefetched seed is named by position, its further rings were
+            # requested by prediction: no walk is needed to find them (a chain whose links
+            # disagree with the names is still followed, as a miss of the first attempt).
+            self._rings_predicted = all(
+                self.pool.named_by_position(seed)
+                for seed, depth in zip(self.pool.seeds, self.depths, strict=True)
+                if depth > 1
+            )
             wanted = self.pool.unfetched_neighbors(self.settings.direction, 1)
             predicted = (
                 chunk_id
@@ -230,7 +239,7 @@ class BudgetRun:
             wanted = self.pool.unrequested([*wanted, *predicted])
             if wanted:
                 return wanted
-        if max(self.depths, default=1) > 1:
+        if max(self.depths, default=1) > 1 and not self._rings_predicted:
             wanted = self.pool.unfetched_neighbors(self.settings.direction, self.depths)
             if wanted:
                 return wanted

@@ -74,7 +74,7 @@ class ChunkLinks:
 
 
 def _text_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
+    return value if value and isinstance(value, str) else None
 
 
 def _int_or_none(value: object) -> int | None:
@@ -97,13 +97,16 @@ def read_links(document: Document, keys: ChunkMetadataKeys = DEFAULT_KEYS) -> Ch
         The chunk's links; fields the metadata does not supply are ``None``.
     """
     metadata: Mapping[str, Any] = document.metadata or {}
+    chunk_id = document.id
+    if not (chunk_id and isinstance(chunk_id, str)):
+        chunk_id = _text_or_none(metadata.get(keys.chunk_id))
     return ChunkLinks(
-        chunk_id=_text_or_none(document.id) or _text_or_none(metadata.get(keys.chunk_id)),
-        document_id=_text_or_none(metadata.get(keys.document_id)),
-        position=_int_or_none(metadata.get(keys.position)),
-        previous_id=_text_or_none(metadata.get(keys.previous_id)),
-        next_id=_text_or_none(metadata.get(keys.next_id)),
-        start_index=_int_or_none(metadata.get(keys.start_index)),
+        chunk_id,
+        _text_or_none(metadata.get(keys.document_id)),
+        _int_or_none(metadata.get(keys.position)),
+        _text_or_none(metadata.get(keys.previous_id)),
+        _text_or_none(metadata.get(keys.next_id)),
+        _int_or_none(metadata.get(keys.start_index)),
     )
 
 

@@ -114,6 +114,21 @@ class QueryPool:
                         wanted[chunk_id] = None
         return list(wanted)
 
+    def named_by_position(self, chunk_id: str) -> bool:
+        """Whether a known chunk's id is ``chunk_id_for(its document, its position)``."""
+        named = self._named_by_position.get(chunk_id)
+        if named is None:
+            chunk = self.chunk_links.get(chunk_id)
+            named = (
+                chunk is not None
+                and chunk.document_id is not None
+                and chunk.position is not None
+                and chunk_id_for(chunk.document_id, chunk.position) == chunk_id
+            )
+            if chunk is not None:
+                self._named_by_position[chunk_id] = named
+        return named
+
     def predicted_ids(self, chunk_id: str, step: Step, first: int, last: int) -> list[str]:
         """Ids of the chunks ``first``..``last`` steps from a known chunk, if they can be named.
 
@@ -124,13 +139,12 @@ class QueryPool:
         follows the links the chunks carry, so a predicted chunk it never reaches is unused.
         """
         chunk = self.chunk_links.get(chunk_id)
-        if chunk is None or chunk.document_id is None or chunk.position is None:
-            return []
-        if chunk_id not in self._named_by_position:
-            self._named_by_position[chunk_id] = (
-                chunk_id_for(chunk.document_id, chunk.position) == chunk_id
-            )
-        if not self._named_by_position[chunk_id]:
+        if (
+            chunk is None
+            or chunk.document_id is None
+            or chunk.position is None
+            or not self.named_by_position(chunk_id)
+        ):
             return []
         sign = -1 if step == "previous" else 1
         positions = (chunk.position + sign * distance for distance in range(first, last + 1))

@@ -87,6 +87,8 @@ _ON_ERROR: tuple[str, ...] = ("raise", "return_seeds")
 #: with 2k hits, 200 queries on the end-to-end benchmark's 10k x 1536 corpus averaged 1.58
 #: searches each (a one-off count, in memory), and a further search costs as much as the first.
 PLAIN_POOL_PER_SEED = 3
+#: Validated settings combinations a retriever keeps (each call's ``k``/``budget`` can differ).
+_REQUESTS_KEPT = 64
 
 
 class SCARRetriever(BaseRetriever):
@@ -354,6 +356,10 @@ class SCARRetriever(BaseRetriever):
     _searcher: VectorSearchSource | None = PrivateAttr(default=None)
     _query_embeddings: Embeddings = PrivateAttr()
     _count_tokens: TokenCounter | None = PrivateAttr(default=None)
+    #: Validated per-call settings, by their values and types (see :meth:`_request`).
+    _requests: dict[tuple[tuple[type, object], ...], _PlainRequest | _BudgetRequest] = PrivateAttr(
+        default_factory=dict
+    )
 
     def __init__(self, **data: Any) -> None:
         """Create the retriever; see the class docstring for the arguments.
@@ -459,18 +465,37 @@ class SCARRetriever(BaseRetriever):
         return params
 
     def _request(self, k: int | None, budget: int | None) -> _PlainRequest | _BudgetRequest:
-        """Validate the settings of one call (fields may be reassigned after construction)."""
-        return _request_for(
-            k=self.k if k is None else k,
-            budget=self.budget if budget is None else budget,
-            fetch_k=self.fetch_k,
-            lambda_=self.lambda_,
-            gamma=self.gamma,
-            window=self.window,
-            direction=self.direction,
-            continuity_bonus=self.continuity_bonus,
-            max_tokens=self.max_tokens,
-        )
+        """Validate the settings of one call (fields may be reassigned after construction).
+
+        A combination that passed once is not validated again: the outcome is kept under the
+        values and their types (``1`` and ``True`` differ), so a reassigned field or another
+        per-call ``k`` is checked when first seen.
+        """
+        settings: dict[str, Any] = {
+            "k": self.k if k is None else k,
+            "budget": self.budget if budget is None else budget,
+            "fetch_k": self.fetch_k,
+            "lambda_": self.lambda_,
+            "gamma": self.gamma,
+            "window": self.window,
+            "direction": self.direction,
+            "continuity_bonus": self.continuity_bonus,
+            "max_tokens": self.max_tokens,
+        }
+        key: tuple[tuple[type, object], ...] | None
+        try:
+            key = tuple((type(value), value) for value in settings.values())
+            return self._requests[key]
+        except TypeError:  # an unhashable value: let the validation name it
+            key = None
+        except KeyError:
+            pass
+        request = _request_for(**settings)
+        if key is not None:
+            if len(self._requests) >= _REQUESTS_KEPT:
+                self._requests.clear()
+            self._requests[key] = request
+        return request
 
     def _token_counter(self) -> TokenCounter:
         return self._count_tokens or self.token_counter or tiktoken_counter()

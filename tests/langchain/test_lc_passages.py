@@ -178,6 +178,22 @@ def test_k_can_be_overridden_per_call() -> None:
         retriever.invoke("q", k=0)
 
 
+def test_settings_checked_once_are_still_checked_when_they_change() -> None:
+    store, _ = _merging_store()
+    retriever = SCARRetriever(vectorstore=store, budget=None, k=1)
+    assert len(retriever.invoke("q")) == 1
+    assert len(retriever.invoke("q")) == 1  # the validated settings are reused
+    retriever.gamma = 1.5  # reassigned after a call: checked again on the next one
+    with pytest.raises(InvalidSettingsError, match=r"gamma=1\.5"):
+        retriever.invoke("q")
+    retriever.gamma = 0.8
+    with pytest.raises(InvalidSettingsError, match="k=True"):
+        retriever.invoke("q", k=True)  # equal to 1 as a key, but a bool is refused
+    with pytest.raises(InvalidSettingsError, match=r"k=\[1\]"):
+        retriever.invoke("q", k=[1])  # unhashable: validated, not looked up
+    assert len(retriever.invoke("q", k=2)) == 2
+
+
 def test_metadata_is_plain_json_and_the_store_is_not_modified() -> None:
     import json
 
