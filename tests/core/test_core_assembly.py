@@ -7,9 +7,17 @@ import string
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scar_core import ExpansionResult, NeighborGraph, SelectedChunk, expand
-from scar_core.assembly import ChunkRecord, assemble_passages, trim_to_token_budget
+from scar_core.assembly import (
+    MIN_TEXT_OVERLAP,
+    ChunkRecord,
+    assemble_passages,
+    text_overlap,
+    trim_to_token_budget,
+)
 from scar_core.errors import InvalidSettingsError
 from scar_core.tokens import tiktoken_counter, whitespace_counter
 
@@ -85,6 +93,35 @@ def test_without_offsets_overlap_is_found_in_the_text() -> None:
     (passage,) = assemble_passages(result, bare)  # no graph: contiguity from document positions
     assert passage.chunk_ids == ids
     assert passage.text == DOC
+
+
+def _overlap_by_every_length(previous: str, current: str) -> int:
+    """The reference: try every length, longest first."""
+    for size in range(min(len(previous), len(current)), MIN_TEXT_OVERLAP - 1, -1):
+        if previous.endswith(current[:size]):
+            return size
+    return 0
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    previous=st.text(alphabet="ab ", max_size=60),
+    current=st.text(alphabet="ab ", max_size=60),
+    shared=st.text(alphabet="ab ", max_size=40),
+)
+def test_text_overlap_equals_trying_every_length(previous: str, current: str, shared: str) -> None:
+    # A tiny alphabet makes repeats, near misses and several candidate starts common.
+    previous, current = previous + shared, shared + current
+    assert text_overlap(previous, current) == _overlap_by_every_length(previous, current)
+
+
+def test_text_overlap_on_long_chunks() -> None:
+    text = random_text(3000, seed=5)
+    assert text_overlap(text[:1000], text[1000:2000]) == 0
+    assert text_overlap(text[:1000], text[800:1800]) == 200
+    assert text_overlap(text[:1000], text[:1000]) == 1000
+    assert text_overlap("x" * 20, "x" * 30) == 20
+    assert text_overlap("short", "short") == 0  # under MIN_TEXT_OVERLAP
 
 
 def test_chunks_without_overlap_are_joined_by_a_line_break() -> None:

@@ -334,18 +334,18 @@ def _long_document(length: int = 30, seed: int = 10) -> tuple[dict[str, list[flo
     return table, texts
 
 
-def _renamed(chunks: Sequence[Document]) -> list[Document]:
-    """The same chain under ids that do not follow link_chunks' naming (nothing predictable)."""
-    names = {c.id: f"custom-{index}" for index, c in enumerate(chunks)}
+def _renamed(chunks: Sequence[Document], start: int = 0) -> list[Document]:
+    """The same chain under ids that do not follow link_chunks' naming (nothing predictable),
+    from the chunk at ``start`` on; the links of every chunk follow the new ids."""
+    names = {c.id: f"custom-{index}" for index, c in enumerate(chunks) if index >= start}
     renamed = []
     for chunk in chunks:
         metadata = dict(chunk.metadata)
         for key in ("scar_chunk_id", "scar_prev_id", "scar_next_id"):
             if key in metadata:
-                metadata[key] = names[metadata[key]]
-        renamed.append(
-            Document(id=names[chunk.id], page_content=chunk.page_content, metadata=metadata)
-        )
+                metadata[key] = names.get(metadata[key], metadata[key])
+        chunk_id = names.get(chunk.id, chunk.id)
+        renamed.append(Document(id=chunk_id, page_content=chunk.page_content, metadata=metadata))
     return renamed
 
 
@@ -377,6 +377,29 @@ def test_unlimited_growth_fetches_rings_in_few_lookups_and_equals_full_knowledge
     )
     assert passage.metadata["scar_chunk_ids"] == [c.id for c in chunks[10:20]]
     assert sorted(passage.metadata["scar_chunk_ids"]) == sorted(expected.chunk_ids)
+
+
+# Ids named by link_chunks up to a point, renamed after it: the predicted rings beyond that
+# point name chunks the store does not hold, and the chain goes on under other ids. The
+# prediction is only a hint, so the selection still follows the links to the full result.
+@pytest.mark.parametrize("renamed_from", [11, 12, 14, 16, 25])
+def test_links_that_disagree_with_the_predicted_names_are_still_followed(
+    renamed_from: int,
+) -> None:
+    table, texts = _long_document()
+    store, chunks = _linked_store(table, {"doc": texts})
+    chunks = _renamed(chunks, start=renamed_from)
+    store = CountingStore(TableEmbeddings(table))
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+    [passage] = SCARRetriever(vectorstore=store, k=1, budget=10, fetch_k=1).invoke("q")
+    vectors = {c.id: table[c.page_content] for c in chunks}
+    expected = select_within_budget(
+        np.array(table["q"]), [chunks[10].id], _links(chunks), vectors, BudgetSettings(10)
+    )
+    assert passage.metadata["scar_chunk_ids"] == [c.id for c in chunks[10:20]]
+    assert sorted(passage.metadata["scar_chunk_ids"]) == sorted(expected.chunk_ids)
+    requested = [cid for batch in store.lookups for cid in batch]
+    assert len(requested) == len(set(requested))
 
 
 # A window of w prefetches w rings: one call when the ids are predictable, w calls otherwise.
