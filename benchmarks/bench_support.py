@@ -80,6 +80,8 @@ class Corpus:
     vectors: np.ndarray  # (n, d) float32, unit rows
     links: np.ndarray  # (n, 2) previous / next row, -1 at document edges
     chunks_per_document: int
+    #: Each chunk's text, or ``None`` for short labels ("doc-3 chunk 7").
+    texts: list[str] | None = None
 
     @property
     def size(self) -> int:
@@ -99,13 +101,66 @@ class Corpus:
         return [self.chunk_id(row) for row in range(self.size)]
 
     def text(self, row: int) -> str:
+        if self.texts is not None:
+            return self.texts[row]
         return f"{self.document_of(row)} chunk {row % self.chunks_per_document}"
 
 
+#: Chunk text of the end-to-end benchmark: what ``RecursiveCharacterTextSplitter(chunk_size=1000,
+#: chunk_overlap=200)`` makes of prose (LangChain's tutorial setting), without ``start_index``, so
+#: passages are stitched by finding the overlap in the text.
+TEXT_CHARS = 1000
+TEXT_OVERLAP = 200
+
+
+def chunk_texts(
+    size: int, chunks_per_document: int, chars: int, overlap: int, *, seed: int = 0
+) -> list[str]:
+    """Texts of ``chars`` characters cut from one word stream per document, ``overlap`` shared.
+
+    Words are drawn from a fixed vocabulary of 2,000 pseudo-words, so every chunk is distinct
+    and consecutive chunks repeat exactly ``overlap`` characters, as a splitter's do.
+    """
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("etaoinshrdlucmfwypvbgk"))
+    vocabulary = [
+        "".join(rng.choice(letters, size=int(length))) for length in rng.integers(2, 10, size=2000)
+    ]
+    step = chars - overlap
+    document_chars = step * (chunks_per_document - 1) + chars
+    texts: list[str] = []
+    documents = -(-size // chunks_per_document)
+    for document in range(documents):
+        words: list[str] = [f"doc-{document}"]
+        length = len(words[0])
+        while length < document_chars:
+            drawn = rng.integers(0, len(vocabulary), size=400)
+            for index in drawn:
+                words.append(vocabulary[index])
+                length += len(vocabulary[index]) + 1
+        stream = " ".join(words)
+        for position in range(chunks_per_document):
+            if len(texts) == size:
+                break
+            texts.append(stream[position * step : position * step + chars])
+    return texts
+
+
 def make_corpus(
-    size: int, dimension: int, *, chunks_per_document: int = 20, rho: float = 0.5, seed: int = 0
+    size: int,
+    dimension: int,
+    *,
+    chunks_per_document: int = 20,
+    rho: float = 0.5,
+    seed: int = 0,
+    text_chars: int = 0,
+    text_overlap: int = 0,
 ) -> Corpus:
-    """Build a corpus of ``size`` chunks; see :class:`Corpus` for the vectors' structure."""
+    """Build a corpus of ``size`` chunks; see :class:`Corpus` for the vectors' structure.
+
+    ``text_chars`` > 0 gives each chunk a text of that length (:func:`chunk_texts`); 0 keeps the
+    short labels, which is all the policy benchmarks need.
+    """
     rng = np.random.default_rng(seed)
     documents = -(-size // chunks_per_document)
     walk = np.empty((documents, chunks_per_document, dimension), dtype=np.float32)
@@ -120,7 +175,12 @@ def make_corpus(
     links = np.stack([rows - 1, rows + 1], axis=1)
     links[position == 0, 0] = -1
     links[(position == chunks_per_document - 1) | (rows == size - 1), 1] = -1
-    return Corpus(np.ascontiguousarray(vectors), links, chunks_per_document)
+    texts = (
+        chunk_texts(size, chunks_per_document, text_chars, text_overlap, seed=seed)
+        if text_chars > 0
+        else None
+    )
+    return Corpus(np.ascontiguousarray(vectors), links, chunks_per_document, texts)
 
 
 def make_queries(corpus: Corpus, count: int, *, noise: float = 1.0, seed: int = 1) -> np.ndarray:

@@ -20,6 +20,11 @@ Query embedding is excluded: a fake model returns stored query vectors at once, 
 Every round runs each contender on the same query in turn, so machine noise is shared; the
 median over rounds is reported, and the ratio of medians.
 
+Each chunk holds 1,000 characters of text, 200 of them shared with the next chunk, as
+``RecursiveCharacterTextSplitter(chunk_size=1000, chunk_overlap=200)`` cuts prose, and no
+``start_index``, so SCAR stitches passages by finding the overlap in the text (``--text-chars 0``
+gives the short labels of runs A to F).
+
 The in-memory LangChain store holds its vectors as float32 numpy rows (an ``InMemoryVectorStore``
 keeps whatever the model returns) so that 100k x 1536 fits in memory; its search is still the
 store's own full scan. LlamaIndex in memory (``SimpleVectorStore``) runs at 10k only: it keeps
@@ -41,6 +46,8 @@ from typing import Any
 from bench_langchain import CorpusEmbeddings, load_langchain_table
 from bench_postgres import copy_rows, create_hnsw_index, drop_hnsw_indexes, pgvector_server
 from bench_support import (
+    TEXT_CHARS,
+    TEXT_OVERLAP,
     Corpus,
     chunk_metadata,
     interleaved_medians,
@@ -306,6 +313,18 @@ def main() -> None:
         default=["10000:384", "10000:1536", "100000:384"],
         help="size:dim pairs also timed with an HNSW index (exact scans are always timed)",
     )
+    parser.add_argument(
+        "--text-chars",
+        type=int,
+        default=TEXT_CHARS,
+        help="characters of text per chunk (0: short labels such as 'doc-3 chunk 7')",
+    )
+    parser.add_argument(
+        "--text-overlap",
+        type=int,
+        default=TEXT_OVERLAP,
+        help="characters each chunk shares with the next",
+    )
     frameworks = parser.add_mutually_exclusive_group()
     frameworks.add_argument("--no-llamaindex", action="store_true", help="time LangChain only")
     frameworks.add_argument(
@@ -336,7 +355,9 @@ def main() -> None:
         for size in args.sizes:
             rounds = args.rounds if size <= 10_000 else args.rounds_large
             for dimension in args.dims:
-                corpus = make_corpus(size, dimension)
+                corpus = make_corpus(
+                    size, dimension, text_chars=args.text_chars, text_overlap=args.text_overlap
+                )
                 query_vectors = make_queries(corpus, rounds + 2)
                 query_texts = [f"query {i}" for i in range(len(query_vectors))]
                 queries = {
@@ -477,7 +498,13 @@ def main() -> None:
         "# End-to-end latency (benchmark 1)\n\n"
         f"{machine}\n\n"
         "Median wall time per query, query embedding excluded. Target: SCAR <= 1.10x plain.\n\n"
-        "## LangChain: SCARRetriever vs `as_retriever()` on the same store\n\n"
+        + (
+            f"Chunk text: {args.text_chars:,} characters, {args.text_overlap} shared with the "
+            "next chunk, no start_index (passages are stitched by finding the overlap).\n\n"
+            if args.text_chars
+            else "Chunk text: short labels ('doc-3 chunk 7').\n\n"
+        )
+        + "## LangChain: SCARRetriever vs `as_retriever()` on the same store\n\n"
         + markdown_table(header, langchain_table)
         + "\n\n## LlamaIndex: retrieve, then SCARNodePostprocessor, against a plain top-10 "
         "retrieval\n\n"
