@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 #: PostgreSQL truncates longer identifiers.
 _MAX_IDENTIFIER_BYTES = 63
+#: SQLSTATE "invalid_text_representation": here, text cast to jsonb that is not JSON.
+_INVALID_TEXT_REPRESENTATION = "22P02"
 #: Keys of the links followed in the serialised node (``metadata_->>'_node_content'``).
 _RELATIONSHIP_KEYS: dict[str, tuple[str, ...]] = {
     "previous": (str(NodeRelationship.PREVIOUS.value),),
@@ -309,6 +311,7 @@ class PGVectorNodeSource:
         self._areads: SQLReads | None = None
         #: Whether the table has an index on node_id; read at the first window fetch.
         self._node_id_indexed: bool | None = None
+        self._invalid_json_noted = False
         self._engine_lock = threading.Lock()
         self._by_id_statement: TextClause | None = None
         self._window_statement: TextClause | None = None
@@ -468,6 +471,16 @@ LEFT JOIN LATERAL (
             )
         self._node_id_indexed = indexed
 
+    def _note_invalid_json(self) -> None:
+        if not self._invalid_json_noted:
+            logger.warning(
+                "table %s holds a row whose metadata_->>'_node_content' is not valid JSON, so "
+                "the one-statement window failed; windows that reach such a row are read ring "
+                "by ring, and the row becomes a TextNode without links (the walk ends there).",
+                self._table.qualified_name,
+            )
+        self._invalid_json_noted = True
+
     @staticmethod
     def _ring_walk(parameters: Mapping[str, Any]) -> _RingWalk:
         return _RingWalk(
@@ -590,12 +603,21 @@ LEFT JOIN LATERAL (
             rows = self._sync_reads().rows(self._index_query(), self._index_parameters())
             self._note_index(bool(rows[0][0]))
         if not self._node_id_indexed:
-            walk = self._ring_walk(parameters)
-            while (request := walk.request()) is not None:
-                walk.add(self.fetch(*request))
-            return walk.result()
-        rows = self._sync_reads().rows(self._window_select(), parameters)
+            return self._walk_rings(parameters)
+        try:
+            rows = self._sync_reads().rows(self._window_select(), parameters)
+        except Exception as error:
+            if not _invalid_stored_json(error):
+                raise
+            self._note_invalid_json()
+            return self._walk_rings(parameters)
         return self._collect_window(rows)
+
+    def _walk_rings(self, parameters: Mapping[str, Any]) -> FetchedWindow:
+        walk = self._ring_walk(parameters)
+        while (request := walk.request()) is not None:
+            walk.add(self.fetch(*request))
+        return walk.result()
 
     async def afetch_window(
         self,
@@ -614,14 +636,23 @@ LEFT JOIN LATERAL (
             )
             self._note_index(bool(rows[0][0]))
         if not self._node_id_indexed:
-            walk = self._ring_walk(parameters)
-            while (request := walk.request()) is not None:
-                walk.add(await self.afetch(*request))
-            return walk.result()
-        rows = await self._async_reads.arows(
-            self._async.current(), self._window_select(), parameters
-        )
+            return await self._awalk_rings(parameters)
+        try:
+            rows = await self._async_reads.arows(
+                self._async.current(), self._window_select(), parameters
+            )
+        except Exception as error:
+            if not _invalid_stored_json(error):
+                raise
+            self._note_invalid_json()
+            return await self._awalk_rings(parameters)
         return self._collect_window(rows)
+
+    async def _awalk_rings(self, parameters: Mapping[str, Any]) -> FetchedWindow:
+        walk = self._ring_walk(parameters)
+        while (request := walk.request()) is not None:
+            walk.add(await self.afetch(*request))
+        return walk.result()
 
     def close(self) -> None:
         """Dispose of the connection pool this object created (a shared engine is kept)."""
@@ -663,6 +694,15 @@ class _RowNodes(Mapping[str, BaseNode]):
 
     def __len__(self) -> int:
         return len(self._rows)
+
+
+def _invalid_stored_json(error: BaseException) -> bool:
+    """Whether a failed statement failed on text that is not valid JSON (SQLSTATE 22P02).
+
+    psycopg and asyncpg errors carry the SQLSTATE; SQLAlchemy wraps them in ``orig``.
+    """
+    cause = getattr(error, "orig", None) or error
+    return getattr(cause, "sqlstate", None) == _INVALID_TEXT_REPRESENTATION
 
 
 def _rebuild(node_id: str, text: object, metadata: object) -> BaseNode:

@@ -554,6 +554,64 @@ def test_pg_window_records_a_missing_neighbour_as_absent(setup: Setup) -> None:
             )
 
 
+async def test_pg_a_row_with_invalid_node_content_ends_the_walk_instead_of_failing(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The one-statement window casts each row's _node_content to jsonb; a row whose
+    _node_content is not JSON makes that cast fail, so the window is read ring by ring, where
+    the row becomes a TextNode without links."""
+    ids = setup.corpus.ids
+    create_node_id_index(setup.vector_store, engine=setup.sql)
+    with setup.sql.begin() as connection:
+        original = connection.execute(
+            sqlalchemy.text(
+                "SELECT metadata_::text FROM public.data_scar_li_corpus WHERE node_id = :id"
+            ),
+            {"id": ids[10]},
+        ).scalar_one()
+        connection.execute(
+            sqlalchemy.text(
+                "UPDATE public.data_scar_li_corpus SET metadata_ = CAST(:meta AS json) "
+                "WHERE node_id = :id"
+            ),
+            {"id": ids[10], "meta": '{"_node_content": "{not json", "_node_type": "TextNode"}'},
+        )
+    source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
+    try:
+        with caplog.at_level("WARNING", logger="scar_llamaindex.pgvector"):
+            window = source.fetch_window([ids[9]], [ids[9]], 3, "next")
+            awindow = await source.afetch_window([ids[9]], [ids[9]], 3, "next")
+            # A window that does not reach the row is still one statement.
+            setup.statements.clear()
+            assert sorted(source.fetch_window([ids[2]], [], 2, "next").nodes) == ids[3:5]
+            assert len(setup.statements) == 1
+        assert sorted(window.nodes) == [ids[10]]
+        assert isinstance(window.nodes[ids[10]], TextNode)
+        assert window.nodes[ids[10]].relationships == {}
+        assert np.array_equal(window.vectors[ids[10]], setup.corpus.vectors[ids[10]])
+        assert comparable_window(awindow) == comparable_window(window)
+        warnings = [r for r in caplog.records if "not valid JSON" in r.getMessage()]
+        assert len(warnings) == 1
+        # The postprocessor over the same source keeps its seed and the reachable neighbour.
+        postprocessor = SCARNodePostprocessor(
+            neighbor_source=source, embed_model=setup.embed_model, budget=4, k=1
+        )
+        seed = setup.pg_index.vector_store.get_nodes(node_ids=[ids[9]])[0]
+        bundle = QueryBundle(query_str="q", embedding=list(setup.corpus.vectors[ids[10]]))
+        output = postprocessor.postprocess_nodes([NodeWithScore(node=seed, score=0.9)], bundle)
+        assert ids[9] in [item.node.node_id for item in output]
+    finally:
+        await source.aclose()
+        with setup.sql.begin() as connection:
+            connection.execute(
+                sqlalchemy.text(
+                    "UPDATE public.data_scar_li_corpus SET metadata_ = CAST(:meta AS json) "
+                    "WHERE node_id = :id"
+                ),
+                {"id": ids[10], "meta": original},
+            )
+
+
 def test_pg_window_rejects_bad_settings(setup: Setup) -> None:
     source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
     with pytest.raises(InvalidSettingsError, match="radius=0"):
