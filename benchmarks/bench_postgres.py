@@ -79,6 +79,28 @@ def create_hnsw_index(conninfo: str, table: str, column: str = "embedding") -> f
     return time.perf_counter() - start
 
 
+def search_uses_index(conninfo: str, table: str, dimension: int, column: str = "embedding") -> bool:
+    """Whether the planner answers a top-10 cosine search on ``table`` from an index.
+
+    With long rows pgvector's vectors are stored out of line (TOAST), which the planner does not
+    cost, so a sequential scan can look cheaper than the HNSW index and be chosen over it
+    (pgvector's README, "Troubleshooting"). Both SCAR and the plain retriever then scan.
+    """
+    import json
+
+    import psycopg
+
+    probe = "[" + ",".join(["1"] + ["0"] * (dimension - 1)) + "]"
+    with psycopg.connect(conninfo, autocommit=True) as connection:
+        (plan,) = connection.execute(
+            f'EXPLAIN (FORMAT JSON) SELECT 1 FROM "{table}" '
+            f'ORDER BY "{column}" <=> %s::vector LIMIT 10',
+            (probe,),
+        ).fetchone()
+    text = plan if isinstance(plan, str) else json.dumps(plan)
+    return '"Index Scan"' in text
+
+
 def drop_hnsw_indexes(conninfo: str, table: str) -> None:
     """Drop every HNSW index of ``table`` (so that searches scan exactly)."""
     import psycopg
