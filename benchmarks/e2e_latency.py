@@ -304,6 +304,16 @@ def load_llamaindex_table(server: Any, corpus: Corpus, table: str) -> Any:
     return store
 
 
+def scan_note(server: Any, table: str, dimension: int, what: str) -> list[str]:
+    """A note for the results when the planner searches ``table`` without its HNSW index."""
+    if search_uses_index(server.get_uri(), table, dimension):
+        return []
+    return [
+        f"{what}: the planner chose a sequential scan over the HNSW index (vectors stored out "
+        "of line, which it does not cost), so both sides scanned exactly"
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -420,12 +430,7 @@ def main() -> None:
                             built = create_hnsw_index(server.get_uri(), table)
                             notes.append(f"HNSW build, LangChain table {label}: {built:.0f}s")
                             print(f"  hnsw built in {built:.1f}s", flush=True)
-                            if not search_uses_index(server.get_uri(), table, dimension):
-                                notes.append(
-                                    f"LangChain table {label}: the planner chose a sequential "
-                                    "scan over the HNSW index (vectors stored out of line, "
-                                    "which it does not cost), so both sides scanned exactly"
-                                )
+                            notes += scan_note(server, table, dimension, f"LangChain table {label}")
                         contenders = langchain_contenders(store, query_texts, chunks)
                         statements = statements_per_query(contenders)
                         medians = interleaved_medians(contenders, rounds)
@@ -456,14 +461,9 @@ def main() -> None:
                     for index_kind in indexes:
                         if index_kind == "hnsw":
                             create_hnsw_index(server.get_uri(), f"data_{li_table}")
-                            if not search_uses_index(
-                                server.get_uri(), f"data_{li_table}", dimension
-                            ):
-                                notes.append(
-                                    f"LlamaIndex table {label}: the planner chose a sequential "
-                                    "scan over the HNSW index (vectors stored out of line, "
-                                    "which it does not cost), so both sides scanned exactly"
-                                )
+                            notes += scan_note(
+                                server, f"data_{li_table}", dimension, f"LlamaIndex table {label}"
+                            )
                         contenders = llamaindex_contenders(index, bundles, {})
                         statements = statements_per_query(contenders)
                         medians = interleaved_medians(contenders, rounds)

@@ -97,11 +97,8 @@ def read_links(document: Document, keys: ChunkMetadataKeys = DEFAULT_KEYS) -> Ch
         The chunk's links; fields the metadata does not supply are ``None``.
     """
     metadata: Mapping[str, Any] = document.metadata or {}
-    chunk_id = document.id
-    if not (chunk_id and isinstance(chunk_id, str)):
-        chunk_id = _text_or_none(metadata.get(keys.chunk_id))
     return ChunkLinks(
-        chunk_id,
+        _text_or_none(document.id) or _text_or_none(metadata.get(keys.chunk_id)),
         _text_or_none(metadata.get(keys.document_id)),
         _int_or_none(metadata.get(keys.position)),
         _text_or_none(metadata.get(keys.previous_id)),
