@@ -59,3 +59,15 @@ def postgres() -> Iterator[PostgresServer]:
 def table_name() -> str:
     """A table name no other test uses, so tests never see each other's rows."""
     return f"scar_{uuid.uuid4().hex[:12]}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Fail a database test that leaves a connection open (ignored elsewhere in the suite).
+
+    A connection left open is reported when it is garbage collected, which can be during a later
+    test: that test then fails, naming the connection.
+    """
+    leak_check = pytest.mark.filterwarnings("error::ResourceWarning")
+    for item in items:
+        if Path(str(item.path)).parent == Path(__file__).parent:
+            item.add_marker(leak_check)

@@ -346,6 +346,39 @@ def test_pg_search_source_costs_a_search_and_one_fetch_per_query(setup: Setup) -
     assert setup.embeddings.documents_embedded == 0
 
 
+@pytest.mark.parametrize("sources", ["search_source", "default"])
+def test_pg_batch_on_threads_matches_one_query_at_a_time(setup: Setup, sources: str) -> None:
+    """LangChain's ``batch`` invokes on a thread pool: one cold source serves them all at once."""
+    queries = list(setup.corpus.queries) * 3
+    warm, cold = setup.chunks(), setup.chunks()
+
+    def retriever(chunks: PGVectorChunks) -> SCARRetriever:
+        if sources == "default":
+            return SCARRetriever(vectorstore=setup.pg_store, window=2)
+        return SCARRetriever(vectorstore=setup.pg_store, search_source=chunks, window=2)
+
+    try:
+        expected = [comparable(retriever(warm).invoke(query)) for query in queries]
+        answers = retriever(cold).batch(queries, config={"max_concurrency": 6})
+        assert [comparable(answer) for answer in answers] == expected
+    finally:
+        warm.close()
+        cold.close()
+
+
+async def test_pg_abatch_matches_one_query_at_a_time(setup: Setup) -> None:
+    queries = list(setup.corpus.queries) * 3
+    chunks = setup.chunks()
+    retriever = SCARRetriever(vectorstore=setup.pg_store, search_source=chunks, budget=None, k=2)
+    try:
+        expected = [comparable(retriever.invoke(query)) for query in queries]
+        answers = await retriever.abatch(queries, config={"max_concurrency": 6})
+        assert [comparable(answer) for answer in answers] == expected
+    finally:
+        await chunks.aclose()
+        chunks.close()
+
+
 async def test_pg_search_source_async_matches_sync(setup: Setup) -> None:
     chunks = setup.chunks()
     retriever = SCARRetriever(vectorstore=setup.pg_store, search_source=chunks)

@@ -127,6 +127,7 @@ class Setup:
 
     def close(self) -> None:
         self.sql.dispose()
+        asyncio.run(self.vector_store.close())
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +210,27 @@ def test_pg_default_source_matches_memory_without_embedding_nodes(
 
 
 @pytest.mark.parametrize("mode", list(MODES))
+def test_pg_one_postprocessor_serves_threads_at_once(setup: Setup, mode: str) -> None:
+    """A query engine shared by a web server's threads: one cold postprocessor, many queries."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = list(setup.corpus.queries) * 3
+    retrieved = {query: setup.retrieve(setup.pg_index, query) for query in setup.corpus.queries}
+
+    def answer(postprocessor: SCARNodePostprocessor, query: str) -> list[Any]:
+        nodes = [item.model_copy() for item in retrieved[query]]
+        return traced(postprocessor.postprocess_nodes(nodes, setup.bundle(query)))
+
+    one_at_a_time = SCARNodePostprocessor.from_index(setup.pg_index, **MODES[mode])
+    expected = [answer(one_at_a_time, query) for query in queries]
+    shared = SCARNodePostprocessor.from_index(setup.pg_index, **MODES[mode])
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(lambda query: answer(shared, query), queries))
+    assert answers == expected
+    assert setup.embed_model.texts_embedded == 0
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("window", [1, 2])
 def test_pg_node_source_matches_memory_one_statement_per_hop(
     setup: Setup, window: int, mode: str
@@ -266,6 +288,8 @@ async def test_pg_async_paths_match_sync(setup: Setup) -> None:
             assert_same(await default.apostprocess_nodes(seeds, bundle), expected)
     finally:
         await source.aclose()
+        assert isinstance(default.neighbor_source, PGVectorNodeSource)
+        await default.neighbor_source.aclose()
         await setup.vector_store.close()
     assert setup.embed_model.texts_embedded == 0
 
@@ -298,8 +322,11 @@ def test_pg_indexing_a_table_that_does_not_exist_yet_is_refused(
         table_name=table_name,
         embed_dim=4,
     )
-    with pytest.raises(InvalidSettingsError, match="does not exist yet"):
-        create_node_id_index(empty)
+    try:
+        with pytest.raises(InvalidSettingsError, match="does not exist yet"):
+            create_node_id_index(empty)
+    finally:
+        asyncio.run(empty.close())
 
 
 def test_pg_rows_written_outside_llamaindex_become_text_nodes(setup: Setup) -> None:
@@ -398,7 +425,7 @@ async def test_pg_window_async_matches_sync(setup: Setup) -> None:
 
 
 @pytest.fixture(scope="module")
-def unindexed_store(setup: Setup, postgres: Any) -> Any:
+def unindexed_store(setup: Setup, postgres: Any) -> Iterator[Any]:
     """The corpus again, in a table that never gets an index on node_id."""
     store = postgres_store.PGVectorStore(
         connection_string=postgres.uri("psycopg"),
@@ -411,7 +438,8 @@ def unindexed_store(setup: Setup, postgres: Any) -> Any:
         storage_context=StorageContext.from_defaults(vector_store=store),
         embed_model=setup.embed_model,
     )
-    return store
+    yield store
+    asyncio.run(store.close())
 
 
 @pytest.fixture(params=["indexed", "unindexed"])
