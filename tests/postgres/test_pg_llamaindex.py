@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -212,8 +213,6 @@ def test_pg_default_source_matches_memory_without_embedding_nodes(
 @pytest.mark.parametrize("mode", list(MODES))
 def test_pg_one_postprocessor_serves_threads_at_once(setup: Setup, mode: str) -> None:
     """A query engine shared by a web server's threads: one cold postprocessor, many queries."""
-    from concurrent.futures import ThreadPoolExecutor
-
     queries = list(setup.corpus.queries) * 3
     retrieved = {query: setup.retrieve(setup.pg_index, query) for query in setup.corpus.queries}
 
