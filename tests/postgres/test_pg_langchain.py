@@ -358,7 +358,8 @@ def test_pg_batch_on_threads_matches_one_query_at_a_time(setup: Setup, sources: 
         return SCARRetriever(vectorstore=setup.pg_store, search_source=chunks, window=2)
 
     try:
-        expected = [comparable(retriever(warm).invoke(query)) for query in queries]
+        one_at_a_time = retriever(warm)
+        expected = [comparable(one_at_a_time.invoke(query)) for query in queries]
         answers = retriever(cold).batch(queries, config={"max_concurrency": 6})
         assert [comparable(answer) for answer in answers] == expected
     finally:

@@ -589,6 +589,9 @@ async def test_pg_a_row_with_invalid_node_content_ends_the_walk_instead_of_faili
     the row becomes a TextNode without links."""
     ids = setup.corpus.ids
     create_node_id_index(setup.vector_store, engine=setup.sql)
+    set_metadata = sqlalchemy.text(
+        "UPDATE public.data_scar_li_corpus SET metadata_ = CAST(:meta AS json) WHERE node_id = :id"
+    )
     with setup.sql.begin() as connection:
         original = connection.execute(
             sqlalchemy.text(
@@ -597,10 +600,7 @@ async def test_pg_a_row_with_invalid_node_content_ends_the_walk_instead_of_faili
             {"id": ids[10]},
         ).scalar_one()
         connection.execute(
-            sqlalchemy.text(
-                "UPDATE public.data_scar_li_corpus SET metadata_ = CAST(:meta AS json) "
-                "WHERE node_id = :id"
-            ),
+            set_metadata,
             {"id": ids[10], "meta": '{"_node_content": "{not json", "_node_type": "TextNode"}'},
         )
     source = PGVectorNodeSource(setup.vector_store, engine=setup.sql)
@@ -630,13 +630,7 @@ async def test_pg_a_row_with_invalid_node_content_ends_the_walk_instead_of_faili
     finally:
         await source.aclose()
         with setup.sql.begin() as connection:
-            connection.execute(
-                sqlalchemy.text(
-                    "UPDATE public.data_scar_li_corpus SET metadata_ = CAST(:meta AS json) "
-                    "WHERE node_id = :id"
-                ),
-                {"id": ids[10], "meta": original},
-            )
+            connection.execute(set_metadata, {"id": ids[10], "meta": original})
 
 
 def test_pg_window_rejects_bad_settings(setup: Setup) -> None:
