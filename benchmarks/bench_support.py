@@ -249,14 +249,21 @@ def interleaved_medians(
 ) -> dict[str, float]:
     """Median wall seconds of each callable, called in turn for every round (noise is shared).
 
-    Each callable gets the round number (which query to run).
+    Each callable gets the round number (which query to run). The order rotates from round to
+    round, so that each callable goes first equally often: the first to run a query pays for
+    bringing that query's index pages into the database's buffers, and the rest find them there.
+    At 100k chunks behind HNSW that cost about 3 ms a query, so a fixed order favoured every
+    contender but the first (``benchmarks/results/README.md``, section 1).
     """
     for index in range(warmup):
         for run in callables.values():
             run(index)
-    samples: dict[str, list[float]] = {name: [] for name in callables}
+    names = list(callables)
+    samples: dict[str, list[float]] = {name: [] for name in names}
     for index in range(rounds):
-        for name, run in callables.items():
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            run = callables[name]
             start = time.perf_counter()
             run(index)
             samples[name].append(time.perf_counter() - start)
