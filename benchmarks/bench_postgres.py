@@ -16,6 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+#: A statement as a psycopg cursor executed it: the SQL and its parameters.
+Statement = tuple[str, Any]
+
 
 @contextmanager
 def pgvector_server() -> Iterator[Any]:
@@ -112,3 +115,29 @@ def drop_hnsw_indexes(conninfo: str, table: str) -> None:
         ).fetchall()
         for (name,) in names:
             connection.execute(f'DROP INDEX "{name}"')
+
+
+@contextmanager
+def recorded_statements() -> Iterator[list[Statement]]:
+    """Record every statement psycopg's sync and async cursors execute inside the block."""
+    import psycopg
+
+    sent: list[Statement] = []
+    sync_execute = psycopg.Cursor.execute
+    async_execute = psycopg.AsyncCursor.execute
+
+    def recording_sync(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append((query, params))
+        return sync_execute(cursor, query, params, **kwargs)
+
+    async def recording_async(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        sent.append((query, params))
+        return await async_execute(cursor, query, params, **kwargs)
+
+    psycopg.Cursor.execute = recording_sync  # type: ignore[method-assign]
+    psycopg.AsyncCursor.execute = recording_async  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        psycopg.Cursor.execute = sync_execute  # type: ignore[method-assign]
+        psycopg.AsyncCursor.execute = async_execute  # type: ignore[method-assign]

@@ -49,6 +49,7 @@ from bench_postgres import (
     create_hnsw_index,
     drop_hnsw_indexes,
     pgvector_server,
+    recorded_statements,
     search_uses_index,
 )
 from bench_support import (
@@ -112,33 +113,14 @@ def statements_per_query(contenders: dict[str, Callable[[int], object]]) -> dict
     so statements sent through SQLAlchemy (the stores, ``PGEngine``'s pool) and on a pooled
     driver connection (SCAR's pgvector sources) are counted alike.
     """
-    import psycopg
-
-    sent: list[object] = []
-    sync_execute = psycopg.Cursor.execute
-    async_execute = psycopg.AsyncCursor.execute
-
-    def counted_sync(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(query)
-        return sync_execute(cursor, query, *args, **kwargs)
-
-    async def counted_async(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(query)
-        return await async_execute(cursor, query, *args, **kwargs)
-
-    psycopg.Cursor.execute = counted_sync  # type: ignore[method-assign]
-    psycopg.AsyncCursor.execute = counted_async  # type: ignore[method-assign]
-    try:
-        counts = {}
+    counts = {}
+    with recorded_statements() as sent:
         for name, run in contenders.items():
             run(0)
             sent.clear()
             for query in range(1, 6):
                 run(query)
             counts[name] = len(sent) / 5
-    finally:
-        psycopg.Cursor.execute = sync_execute  # type: ignore[method-assign]
-        psycopg.AsyncCursor.execute = async_execute  # type: ignore[method-assign]
     return counts
 
 
