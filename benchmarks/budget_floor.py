@@ -59,15 +59,12 @@ def statements_of(run: Callable[[], object]) -> list[Statement]:
     return list(sent)
 
 
-def replay(connection: Any, statements: list[Statement]) -> int:
-    """Execute ``statements`` on ``connection`` and fetch every row; returns the row count."""
-    rows = 0
+def replay(connection: Any, statements: list[Statement]) -> None:
+    """Execute ``statements`` on ``connection`` and fetch every row, as the retrievers do."""
     for query, params in statements:
-        cursor = connection.cursor()
-        cursor.execute(query, params)
-        rows += len(cursor.fetchall())
-        cursor.close()
-    return rows
+        with connection.cursor() as cursor:
+            cursor.execute(query, params)
+            cursor.fetchall()
 
 
 def run_size(server: Any, size: int, rounds: int) -> list[list[object]]:
