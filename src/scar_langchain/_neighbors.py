@@ -38,12 +38,14 @@ class FetchedChunks:
 
     Attributes:
         documents: ``chunk id -> Document`` for every requested id that exists. Ids the backend
-            does not know are simply absent.
+            does not know are simply absent. Any mapping will do: one that makes each
+            ``Document`` when it is first looked up (as :class:`~scar_langchain.PGVectorChunks`
+            does) saves the work for the chunks a query never uses.
         vectors: ``chunk id -> vector`` for the chunks whose stored vectors came back in the
             same round trip; empty when the backend returns documents only.
     """
 
-    documents: dict[str, Document]
+    documents: Mapping[str, Document]
     vectors: dict[str, FloatVector] = field(default_factory=dict)
 
 

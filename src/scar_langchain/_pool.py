@@ -7,7 +7,7 @@ Both the plain and the budgeted path of :class:`~scar_langchain.SCARRetriever` f
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +21,7 @@ from scar_core.settings import Direction
 from scar_langchain._links import DEFAULT_KEYS, ChunkLinks, ChunkMetadataKeys, read_links
 from scar_langchain._neighbors import FetchedChunks, SearchHits
 
-__all__ = ["QueryPool", "seeds_for_passages", "unidentified_id"]
+__all__ = ["KnownChunks", "QueryPool", "seeds_for_passages", "unidentified_id"]
 
 FloatVector = npt.NDArray[np.float64]
 
@@ -35,6 +35,109 @@ def unidentified_id(document: Document) -> str:
     return f"{UNIDENTIFIED_PREFIX}{digest}"
 
 
+class _Unmade:
+    """A known chunk whose ``Document`` its neighbour source has not made yet."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: Mapping[str, Document]) -> None:
+        self.source = source
+
+
+class KnownChunks(Mapping[str, Document]):
+    """Every chunk a query knows, by id, in the order they became known.
+
+    A fetched chunk is kept as a reference to the mapping its neighbour source returned, and its
+    ``Document`` is looked up there the first time someone asks for it. A source whose mapping
+    makes each ``Document`` on lookup (the pgvector source makes it from the row) so makes only
+    the chunks a query uses: budgeted selection looks at about a third of the neighbours it
+    prefetches, since the deeper rings around the best chunks are fetched in case a passage
+    grows that far.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Document | _Unmade] = {}
+
+    def add(self, chunk_id: str, document: Document) -> None:
+        """Keep ``document`` as the chunk ``chunk_id`` (unless that chunk is known already)."""
+        self._entries.setdefault(chunk_id, document)
+
+    def add_from(self, chunk_id: str, source: Mapping[str, Document]) -> None:
+        """Know ``chunk_id``, whose ``Document`` is ``source[chunk_id]``, made when first asked."""
+        self._entries.setdefault(chunk_id, _Unmade(source))
+
+    def __getitem__(self, chunk_id: str) -> Document:
+        entry = self._entries[chunk_id]
+        if isinstance(entry, _Unmade):
+            entry = self._entries[chunk_id] = entry.source[chunk_id]
+        return entry
+
+    def __contains__(self, chunk_id: object) -> bool:
+        return chunk_id in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class _LinksOnDemand(NeighborGraph):
+    """A query pool's neighbour graph: a known chunk's links are read when first needed.
+
+    Before a step the chunk stepped from is read, and so is the chunk the step lands on, whose
+    document the step compares (a link across documents is refused): the answers are those of a
+    graph that read every known chunk up front.
+
+    Args:
+        documents: The pool's known chunks.
+        keys: Where chunk links live in metadata.
+    """
+
+    def __init__(self, documents: KnownChunks, keys: ChunkMetadataKeys) -> None:
+        super().__init__({})
+        self._known = documents
+        self._keys = keys
+        self._read: dict[str, ChunkLinks] = {}
+
+    def keep(self, chunk_id: str, links: ChunkLinks) -> None:
+        """Record the links of a chunk, read already."""
+        self._read[chunk_id] = links
+        self.add(chunk_id, links.previous_id, links.next_id, links.document_id)
+
+    def links_of(self, chunk_id: str) -> ChunkLinks | None:
+        """The links of a known chunk, read from its metadata on first use; ``None`` if unknown."""
+        links = self._read.get(chunk_id)
+        if links is None and chunk_id in self._known:
+            links = read_links(self._known[chunk_id], self._keys)
+            self.keep(chunk_id, links)
+        return links
+
+    def step(self, chunk_id: str, direction: Step) -> str | None:
+        """Return the chunk one step from ``chunk_id``, reading the links this needs first."""
+        self.links_of(chunk_id)
+        pair = self._links.get(chunk_id)
+        if pair is not None:
+            target = pair[0] if direction == "previous" else pair[1]
+            if target is not None:
+                self.links_of(target)
+        return super().step(chunk_id, direction)
+
+    def document_of(self, chunk_id: str) -> str | None:
+        """Return the document id of a chunk, or ``None`` when it is unknown."""
+        self.links_of(chunk_id)
+        return super().document_of(chunk_id)
+
+    def __contains__(self, chunk_id: object) -> bool:
+        return chunk_id in self._known
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._known))
+
+
 @dataclass
 class QueryPool:
     """Everything one query has learnt so far: seeds, fetched chunks and their vectors.
@@ -42,34 +145,39 @@ class QueryPool:
     Attributes:
         query_vector: The query's embedding.
         seeds: Retrieved chunk ids, best first.
-        documents: Every chunk known so far (retrieved or fetched), by id.
+        documents: Every chunk known so far (retrieved or fetched), by id; a fetched chunk's
+            ``Document`` is made when first looked up.
         vectors: The vectors found for known chunks.
         requested: Ids asked of the neighbour source (found or not).
         vectors_asked: Ids whose vectors were asked of the vector source (found or not).
         exhausted: Whether the last search returned fewer chunks than asked, or nothing new.
         keys: Where chunk links live in metadata.
-        chunk_links: The links of every known chunk, read once when the chunk arrived.
     """
 
     query_vector: FloatVector
     seeds: list[str] = field(default_factory=list)
-    documents: dict[str, Document] = field(default_factory=dict)
+    documents: KnownChunks = field(default_factory=KnownChunks)
     vectors: dict[str, FloatVector] = field(default_factory=dict)
     requested: set[str] = field(default_factory=set)
     vectors_asked: set[str] = field(default_factory=set)
     exhausted: bool = False
     keys: ChunkMetadataKeys = DEFAULT_KEYS
-    chunk_links: dict[str, ChunkLinks] = field(default_factory=dict)
-    _graph: NeighborGraph = field(default_factory=lambda: NeighborGraph({}), init=False, repr=False)
+    _graph: _LinksOnDemand = field(init=False, repr=False)
     _named_by_position: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
 
-    def _remember(self, chunk_id: str, document: Document, links: ChunkLinks | None = None) -> None:
-        """Keep a chunk and its links (read from metadata once, not on every lookup)."""
+    def __post_init__(self) -> None:
+        self._graph = _LinksOnDemand(self.documents, self.keys)
+
+    def _remember(self, chunk_id: str, document: Document, links: ChunkLinks) -> None:
+        """Keep a chunk whose links are read already."""
         if chunk_id in self.documents:
             return
-        self.documents[chunk_id] = document
-        chunk = self.chunk_links[chunk_id] = links or read_links(document, self.keys)
-        self._graph.add(chunk_id, chunk.previous_id, chunk.next_id, chunk.document_id)
+        self.documents.add(chunk_id, document)
+        self._graph.keep(chunk_id, links)
+
+    def links_of(self, chunk_id: str) -> ChunkLinks | None:
+        """The links of a known chunk, read from its metadata on first use; ``None`` if unknown."""
+        return self._graph.links_of(chunk_id)
 
     def add_seeds(self, found: Sequence[Document], size: int) -> None:
         """Record a search's results, best first; the pool is exhausted when it ran short."""
@@ -118,7 +226,7 @@ class QueryPool:
         """Whether a known chunk's id is ``chunk_id_for(its document, its position)``."""
         named = self._named_by_position.get(chunk_id)
         if named is None:
-            chunk = self.chunk_links.get(chunk_id)
+            chunk = self.links_of(chunk_id)
             named = (
                 chunk is not None
                 and chunk.document_id is not None
@@ -138,7 +246,7 @@ class QueryPool:
         other way nothing is predicted. A prediction is only a prefetch hint: the walk still
         follows the links the chunks carry, so a predicted chunk it never reaches is unused.
         """
-        chunk = self.chunk_links.get(chunk_id)
+        chunk = self.links_of(chunk_id)
         if (
             chunk is None
             or chunk.document_id is None
@@ -159,12 +267,16 @@ class QueryPool:
         ]
 
     def add_fetched(self, requested: list[str], fetched: FetchedChunks) -> None:
-        """Record the chunks (and any vectors) a neighbour source returned."""
+        """Record the chunks (and any vectors) a neighbour source returned.
+
+        Neither the ``Document`` nor the links of a fetched chunk are looked at here: each is
+        read when the selection first needs it.
+        """
         self.requested.update(requested)
         wanted = set(requested)
-        for chunk_id, document in fetched.documents.items():
+        for chunk_id in fetched.documents:
             if chunk_id in wanted:
-                self._remember(chunk_id, document)
+                self.documents.add_from(chunk_id, fetched.documents)
         for chunk_id, vector in fetched.vectors.items():
             if chunk_id in wanted:
                 self.vectors.setdefault(chunk_id, np.asarray(vector, dtype=np.float64))
@@ -172,8 +284,8 @@ class QueryPool:
     def chunks_needing_vectors(self) -> dict[str, Document]:
         """The known chunks that have no vector and whose vector was never asked for."""
         return {
-            chunk_id: document
-            for chunk_id, document in self.documents.items()
+            chunk_id: self.documents[chunk_id]
+            for chunk_id in self.documents
             if chunk_id not in self.vectors and chunk_id not in self.vectors_asked
         }
 
@@ -196,7 +308,8 @@ class QueryPool:
 
     def _record(self, chunk_id: str) -> ChunkRecord:
         document = self.documents[chunk_id]
-        chunk = self.chunk_links[chunk_id]
+        chunk = self.links_of(chunk_id)
+        assert chunk is not None  # a known chunk
         return ChunkRecord(
             chunk_id=chunk_id,
             text=document.page_content,

@@ -21,6 +21,7 @@ Neither imports ``langchain_postgres`` or ``sqlalchemy`` until it is built, so
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -34,7 +35,7 @@ import numpy.typing as npt
 from langchain_core.documents import Document
 
 from scar_core._async_engines import AsyncEnginePerLoop
-from scar_core._lazy import isinstance_if_loaded
+from scar_core._lazy import LazyValues, isinstance_if_loaded
 from scar_core._sql_reads import (
     Row,
     Settings,
@@ -64,7 +65,7 @@ logger = logging.getLogger(__name__)
 
 FloatVector = npt.NDArray[np.float64]
 #: Documents and vectors read from the table, by the chunk id asked for.
-_Rows = tuple[dict[str, Document], dict[str, FloatVector]]
+_Rows = tuple[Mapping[str, Document], dict[str, FloatVector]]
 
 #: A store's distance strategy, as langchain-postgres names its ``DistanceStrategy`` members.
 Distance = Literal["cosine", "euclidean", "inner_product"]
@@ -73,6 +74,17 @@ _DISTANCE_OPERATORS: dict[str, str] = {"cosine": "<=>", "euclidean": "<->", "inn
 
 #: A UUID as PostgreSQL prints it (lower case, hyphenated).
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+#: Column types psycopg reads into the same Python values from binary rows as from text rows
+#: (``udt_name`` spelling; arrays of them too). A type outside it, such as an enum, would come
+#: back from a binary row as bytes, so a table with one is read as text.
+_SAME_IN_BINARY = frozenset(
+    {
+        "bool", "bpchar", "bytea", "date", "float4", "float8", "int2", "int4", "int8",
+        "interval", "json", "jsonb", "name", "numeric", "text", "time", "timestamp",
+        "timestamptz", "timetz", "uuid", "varchar",
+    }
+)  # fmt: skip
 
 #: The most dimensions a pgvector ``vector`` or ``halfvec`` column can have.
 PGVECTOR_MAX_DIMENSIONS = 16_000
@@ -429,6 +441,8 @@ class _Layout:
     ids_are_uuids: bool
     vector_type: str
     id_type: str
+    #: Whether rows may come in binary form: every column is read the same from either form.
+    binary_rows: bool = False
 
 
 class _OwnPools:
@@ -458,15 +472,25 @@ class _OwnPools:
         )
 
     def rows(
-        self, statement: TextClause, parameters: Mapping[str, Any], settings: Settings = ()
+        self,
+        statement: TextClause,
+        parameters: Mapping[str, Any],
+        settings: Settings = (),
+        *,
+        binary: bool = False,
     ) -> list[Row]:
-        return self._reads.rows(statement, parameters, settings)
+        return self._reads.rows(statement, parameters, settings, binary=binary)
 
     async def arows(
-        self, statement: TextClause, parameters: Mapping[str, Any], settings: Settings = ()
+        self,
+        statement: TextClause,
+        parameters: Mapping[str, Any],
+        settings: Settings = (),
+        *,
+        binary: bool = False,
     ) -> list[Row]:
         engine = self._async.current()
-        return await self._reads.arows(engine, statement, parameters, settings)
+        return await self._reads.arows(engine, statement, parameters, settings, binary=binary)
 
     def close(self) -> None:
         if self._owns_engine:
@@ -500,15 +524,25 @@ class _StorePool:
         self._reads = SQLReads(self._pool.sync_engine)
 
     def rows(
-        self, statement: TextClause, parameters: Mapping[str, Any], settings: Settings = ()
+        self,
+        statement: TextClause,
+        parameters: Mapping[str, Any],
+        settings: Settings = (),
+        *,
+        binary: bool = False,
     ) -> list[Row]:
-        read = self._reads.arows(self._pool, statement, parameters, settings)
+        read = self._reads.arows(self._pool, statement, parameters, settings, binary=binary)
         return self._store_engine._run_as_sync(read)  # type: ignore[no-any-return]
 
     async def arows(
-        self, statement: TextClause, parameters: Mapping[str, Any], settings: Settings = ()
+        self,
+        statement: TextClause,
+        parameters: Mapping[str, Any],
+        settings: Settings = (),
+        *,
+        binary: bool = False,
     ) -> list[Row]:
-        read = self._reads.arows(self._pool, statement, parameters, settings)
+        read = self._reads.arows(self._pool, statement, parameters, settings, binary=binary)
         return await self._store_engine._run_as_async(read)  # type: ignore[no-any-return]
 
     def close(self) -> None:
@@ -667,7 +701,14 @@ class PGVectorChunks:
             raise InvalidSettingsError(
                 f"column {table.id_column!r} has type {id_type!r}, which cannot name an array type."
             )
-        return _Layout(ids_are_uuids=id_type == "uuid", vector_type=vector_type, id_type=id_type)
+        # The id, the vector and the JSON metadata are selected as text, bytea and text.
+        read_as_stored = [types[table.content_column], *(types[c] for c in table.metadata_columns)]
+        return _Layout(
+            ids_are_uuids=id_type == "uuid",
+            vector_type=vector_type,
+            id_type=id_type,
+            binary_rows=all(udt.removeprefix("_") in _SAME_IN_BINARY for udt in read_as_stored),
+        )
 
     def _select(self, with_documents: bool) -> TextClause:
         """Rows by id: ``= ANY(array)`` is one bound value, however many ids are asked for."""
@@ -685,7 +726,7 @@ class PGVectorChunks:
             f'{layout.vector_type}_send("{table.embedding_column}")',
         ]
         if with_documents:
-            columns.extend(self._document_columns())
+            columns.extend(self._document_outputs(""))
         statement = (
             f"SELECT {', '.join(columns)} FROM {table.qualified_name} "  # noqa: S608 - identifiers checked and quoted
             f'WHERE "{table.id_column}" = ANY(CAST(:ids AS {layout.id_type}[]))'
@@ -713,7 +754,7 @@ class PGVectorChunks:
         stored = [c for c in document_columns if c != "NULL"]
         inner = [f'"{table.id_column}"', embedding, *stored, f"{distance} AS scar_distance"]
         outer = [f'hits."{table.id_column}"::text', f"{layout.vector_type}_send(hits.{embedding})"]
-        outer.extend(c if c == "NULL" else f"hits.{c}" for c in document_columns)
+        outer.extend(self._document_outputs("hits."))
         outer.append("hits.scar_distance")
         # The binary form is made for the k hits only: in the select list of the scan itself,
         # an exact search (no index) would make it for every row before keeping k.
@@ -725,13 +766,31 @@ class PGVectorChunks:
         self._search_statement = text(statement)
         return self._search_statement
 
+    def _binary_rows(self) -> bool:
+        layout = self._layout
+        assert layout is not None
+        return layout.binary_rows
+
     def _document_columns(self) -> list[str]:
+        """Text, JSON metadata (``NULL`` when the table has none) and metadata columns."""
         table = self.table
         json_column = table.metadata_json_column
         columns = [f'"{table.content_column}"']
         columns.append(f'"{json_column}"' if json_column is not None else "NULL")
         columns.extend(f'"{column}"' for column in table.metadata_columns)
         return columns
+
+    def _document_outputs(self, prefix: str) -> list[str]:
+        """:meth:`_document_columns` as the reader selects them, each name after ``prefix``.
+
+        The JSON metadata comes as text: psycopg would parse every row's JSON as it arrives,
+        where :meth:`_document` parses it only for the chunks a query makes into documents.
+        """
+        columns = self._document_columns()
+        outputs = [column if column == "NULL" else prefix + column for column in columns]
+        if outputs[1] != "NULL":
+            outputs[1] += "::text"
+        return outputs
 
     @staticmethod
     def _search_parameters(query_vector: npt.ArrayLike, k: int) -> dict[str, Any]:
@@ -790,7 +849,9 @@ class PGVectorChunks:
         return decode_pgvector_binary([row[1] for row in rows], stored, np.float64)
 
     def _document(self, chunk_id: str, row: Sequence[Any]) -> Document:
-        json_metadata = row[3]
+        # The JSON metadata arrives as text (see _as_read) and is parsed here, when the chunk is
+        # made: for a fetched neighbour, only if the query uses it.
+        json_metadata = json.loads(row[3]) if isinstance(row[3], str) else row[3]
         metadata: dict[str, Any] = dict(json_metadata) if isinstance(json_metadata, Mapping) else {}
         for offset, column in enumerate(self.table.metadata_columns):
             metadata[column] = row[4 + offset]
@@ -799,7 +860,8 @@ class PGVectorChunks:
     def _collect(
         self, requested: Mapping[str, str], rows: Sequence[Sequence[Any]], with_documents: bool
     ) -> _Rows:
-        documents: dict[str, Document] = {}
+        """Vectors now; each ``Document`` when first looked up (a query uses few of them)."""
+        rows_by_id: dict[str, Sequence[Any]] = {}
         vectors: dict[str, FloatVector] = {}
         for row, vector in zip(rows, self._decode(rows), strict=True):
             chunk_id = requested.get(str(row[0]))
@@ -808,7 +870,10 @@ class PGVectorChunks:
             if vector is not None:
                 vectors[chunk_id] = vector
             if with_documents:
-                documents[chunk_id] = self._document(chunk_id, row)
+                rows_by_id[chunk_id] = row
+        documents = LazyValues(
+            rows_by_id, lambda chunk_id: self._document(chunk_id, rows_by_id[chunk_id])
+        )
         return documents, vectors
 
     # -- sync ---------------------------------------------------------------------------------
@@ -829,7 +894,9 @@ class PGVectorChunks:
         requested = self._queryable(chunk_ids)
         if not requested:
             return {}, {}
-        rows = self._connections.rows(self._select(with_documents), {"ids": list(requested)})
+        rows = self._connections.rows(
+            self._select(with_documents), {"ids": list(requested)}, binary=self._binary_rows()
+        )
         return self._collect(requested, rows, with_documents)
 
     def fetch(self, chunk_ids: Sequence[str]) -> FetchedChunks:
@@ -864,7 +931,10 @@ class PGVectorChunks:
         parameters = self._search_parameters(query_vector, k)
         self._ensure_layout()
         settings = self.table.search_settings
-        return self._hits(self._connections.rows(self._search_select(), parameters, settings))
+        rows = self._connections.rows(
+            self._search_select(), parameters, settings, binary=self._binary_rows()
+        )
+        return self._hits(rows)
 
     def close(self) -> None:
         """Dispose of the connection pool this object created (an engine passed in is kept)."""
@@ -889,7 +959,9 @@ class PGVectorChunks:
         requested = self._queryable(chunk_ids)
         if not requested:
             return {}, {}
-        rows = await self._connections.arows(self._select(with_documents), {"ids": list(requested)})
+        rows = await self._connections.arows(
+            self._select(with_documents), {"ids": list(requested)}, binary=self._binary_rows()
+        )
         return self._collect(requested, rows, with_documents)
 
     async def afetch(self, chunk_ids: Sequence[str]) -> FetchedChunks:
@@ -906,7 +978,9 @@ class PGVectorChunks:
         parameters = self._search_parameters(query_vector, k)
         await self._aensure_layout()
         settings = self.table.search_settings
-        rows = await self._connections.arows(self._search_select(), parameters, settings)
+        rows = await self._connections.arows(
+            self._search_select(), parameters, settings, binary=self._binary_rows()
+        )
         return self._hits(rows)
 
     async def aclose(self) -> None:

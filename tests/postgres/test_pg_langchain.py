@@ -286,6 +286,70 @@ def test_pg_text_ids_and_metadata_columns(postgres: Any, table_name: str) -> Non
         engine.dispose()
 
 
+@pytest.mark.parametrize("with_enum", [False, True])
+def test_pg_metadata_columns_keep_their_values_in_binary_and_text_rows(
+    postgres: Any, table_name: str, with_enum: bool
+) -> None:
+    """Rows come in binary unless a column's type is outside the built-ins psycopg reads alike
+    from both forms; an enum (read as bytes from a binary row) keeps the rows in text."""
+    import datetime
+    import decimal
+
+    engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    colour = f"{table_name}_colour"
+    try:
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text(f"CREATE TYPE \"{colour}\" AS ENUM ('red', 'blue')"))
+            extra = f', colour "{colour}"' if with_enum else ""
+            connection.execute(
+                sqlalchemy.text(
+                    f'CREATE TABLE "{table_name}" (id uuid PRIMARY KEY, body text, vec vector(2), '
+                    f"meta jsonb, topic integer, weight numeric, tags text[], seen timestamptz"
+                    f"{extra})"
+                )
+            )
+            values = "'red'" if with_enum else ""
+            connection.execute(
+                sqlalchemy.text(
+                    f"INSERT INTO \"{table_name}\" VALUES ('6f1c4c1e-5d0a-4d8e-9a57-2f0b1c7e9a11', "
+                    "'hello', '[1,0.5]', '{\"k\": [1, \"two\"]}', 7, 1.25, ARRAY['x', 'y'], "
+                    f"'2024-02-29 01:02:03+00'{', ' + values if values else ''})"
+                )
+            )
+        columns = ("topic", "weight", "tags", "seen", *(("colour",) if with_enum else ()))
+        table = PGVectorTable(
+            table_name,
+            id_column="id",
+            content_column="body",
+            embedding_column="vec",
+            metadata_json_column="meta",
+            metadata_columns=columns,
+        )
+        chunks = PGVectorChunks(engine, table)
+        chunk_id = "6f1c4c1e-5d0a-4d8e-9a57-2f0b1c7e9a11"
+        fetched = chunks.fetch([chunk_id])
+        [hit] = chunks.search_with_vectors([1.0, 0.5], 1).documents
+        expected = {
+            "k": [1, "two"],
+            "topic": 7,
+            "weight": decimal.Decimal("1.25"),
+            "tags": ["x", "y"],
+            "seen": datetime.datetime(2024, 2, 29, 1, 2, 3, tzinfo=datetime.UTC),
+        }
+        if with_enum:
+            expected["colour"] = "red"
+        assert fetched.documents[chunk_id].metadata == expected
+        assert hit.metadata == expected
+        assert fetched.vectors[chunk_id].tolist() == [1.0, 0.5]
+        assert chunks._layout is not None
+        assert chunks._layout.binary_rows is not with_enum
+    finally:
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text(f'DROP TABLE IF EXISTS "{table_name}"'))
+            connection.execute(sqlalchemy.text(f'DROP TYPE IF EXISTS "{colour}"'))
+        engine.dispose()
+
+
 def test_pg_chunks_made_from_a_url_own_their_pool(postgres: Any, setup: Setup) -> None:
     chunks = PGVectorChunks(postgres.uri("psycopg"), setup.table)
     try:

@@ -294,3 +294,67 @@ def test_async_settings_hold_for_the_statement_alone(postgres: Any, echo: bool) 
     assert after == before != during
     assert autocommit is False
     sync_engine.dispose()
+
+
+#: A value of each type the pgvector chunk reader lets come in binary rows, by ``udt_name``.
+SAMPLE_OF_TYPE = {
+    "bool": "true",
+    "bpchar": "CAST('ab' AS char(3))",
+    "bytea": "CAST('\\x00ff10' AS bytea)",
+    "date": "DATE '2024-02-29'",
+    "float4": "CAST(1.5 AS real)",
+    "float8": "CAST(-2.25e-300 AS double precision)",
+    "int2": "CAST(-7 AS smallint)",
+    "int4": "CAST(123456 AS integer)",
+    "int8": "CAST(9007199254740993 AS bigint)",
+    "interval": "INTERVAL '1 day 02:03:04.5'",
+    "json": """CAST('{"a": [1, 2.5, null], "b": "é"}' AS json)""",
+    "jsonb": """CAST('{"a": {"b": true}}' AS jsonb)""",
+    "name": "CAST('a_name' AS name)",
+    "numeric": "CAST(12345678901234567890.125 AS numeric)",
+    "text": "'text with ünïcode'",
+    "time": "TIME '01:02:03.25'",
+    "timestamp": "TIMESTAMP '2024-02-29 01:02:03.5'",
+    "timestamptz": "TIMESTAMPTZ '2024-02-29 01:02:03.5+05:30'",
+    "timetz": "CAST('01:02:03+02' AS timetz)",
+    "uuid": "CAST('6f1c4c1e-5d0a-4d8e-9a57-2f0b1c7e9a11' AS uuid)",
+    "varchar": "CAST('vc' AS varchar(5))",
+}
+
+
+def test_binary_rows_read_as_text_rows_for_every_type_let_through(postgres: Any) -> None:
+    """Each type PGVectorChunks reads from binary rows gives the value text rows give (sync and
+    async), alone, as an array, and as NULL."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from scar_langchain.pgvector import _SAME_IN_BINARY
+
+    assert set(SAMPLE_OF_TYPE) == _SAME_IN_BINARY
+    columns = [
+        f"{sample}, ARRAY[{sample}, NULL], CAST(NULL AS {udt})"
+        for udt, sample in SAMPLE_OF_TYPE.items()
+    ]
+    statement = sqlalchemy.text("SELECT " + ", ".join(columns))
+    engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    reads = SQLReads(engine)
+
+    async def read_async() -> list[Any]:
+        async_engine = create_async_engine(postgres.uri("psycopg"))
+        try:
+            return await reads.arows(async_engine, statement, {}, binary=True)
+        finally:
+            await async_engine.dispose()
+
+    try:
+        [as_text] = reads.rows(statement, {})
+        [as_binary] = reads.rows(statement, {}, binary=True)
+        [as_binary_async] = asyncio.run(read_async())
+        # Why the list: a type psycopg has no binary loader for comes back as bytes.
+        point = sqlalchemy.text("SELECT point(1, 2)")
+        assert reads.rows(point, {})[0][0] == "(1,2)"
+        assert isinstance(reads.rows(point, {}, binary=True)[0][0], bytes)
+    finally:
+        engine.dispose()
+    assert len(as_text) == 3 * len(SAMPLE_OF_TYPE)
+    assert tuple(as_binary) == tuple(as_text)
+    assert tuple(as_binary_async) == tuple(as_text)
