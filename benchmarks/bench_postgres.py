@@ -16,8 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-#: A statement as a psycopg cursor executed it: the SQL and its parameters.
-Statement = tuple[str, Any]
+#: A statement as a psycopg cursor executed it: the SQL, its parameters, and whether the rows
+#: came in binary form.
+Statement = tuple[str, Any, bool]
 
 
 @contextmanager
@@ -126,12 +127,16 @@ def recorded_statements() -> Iterator[list[Statement]]:
     sync_execute = psycopg.Cursor.execute
     async_execute = psycopg.AsyncCursor.execute
 
+    def binary(cursor: Any, kwargs: dict[str, Any]) -> bool:
+        asked = kwargs.get("binary")
+        return bool(asked) if asked is not None else cursor.format == psycopg.pq.Format.BINARY
+
     def recording_sync(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        sent.append((query, params))
+        sent.append((query, params, binary(cursor, kwargs)))
         return sync_execute(cursor, query, params, **kwargs)
 
     async def recording_async(cursor: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        sent.append((query, params))
+        sent.append((query, params, binary(cursor, kwargs)))
         return await async_execute(cursor, query, params, **kwargs)
 
     psycopg.Cursor.execute = recording_sync  # type: ignore[method-assign]

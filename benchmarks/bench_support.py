@@ -245,7 +245,11 @@ def chunk_metadata(corpus: Corpus, row: int) -> dict[str, object]:
 
 
 def interleaved_medians(
-    callables: dict[str, Callable[[int], object]], rounds: int, warmup: int = 2
+    callables: dict[str, Callable[[int], object]],
+    rounds: int,
+    warmup: int = 2,
+    *,
+    then: dict[str, Callable[[int], object]] | None = None,
 ) -> dict[str, float]:
     """Median wall seconds of each callable, called in turn for every round (noise is shared).
 
@@ -254,19 +258,24 @@ def interleaved_medians(
     bringing that query's index pages into the database's buffers, and the rest find them there.
     At 100k chunks behind HNSW that cost about 3 ms a query, so a fixed order favoured every
     contender but the first (``benchmarks/results/README.md``, section 1).
+
+    ``then`` holds callables that run after all of ``callables`` in every round (rotated among
+    themselves), so that they never warm the pages of the ones compared; their medians are
+    returned too.
     """
+    groups = [list(callables.items()), list((then or {}).items())]
     for index in range(warmup):
-        for run in callables.values():
-            run(index)
-    names = list(callables)
-    samples: dict[str, list[float]] = {name: [] for name in names}
+        for group in groups:
+            for _, run in group:
+                run(index)
+    samples: dict[str, list[float]] = {name: [] for group in groups for name, _ in group}
     for index in range(rounds):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            run = callables[name]
-            start = time.perf_counter()
-            run(index)
-            samples[name].append(time.perf_counter() - start)
+        for group in groups:
+            shift = index % len(group) if group else 0
+            for name, run in group[shift:] + group[:shift]:
+                start = time.perf_counter()
+                run(index)
+                samples[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

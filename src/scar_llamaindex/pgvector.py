@@ -349,7 +349,11 @@ class PGVectorNodeSource:
         return self._areads
 
     def _select(self) -> TextClause:
-        """Rows by id: ``= ANY(array)`` is one bound value, however many ids are asked for."""
+        """Rows by id: ``= ANY(array)`` is one bound value, however many ids are asked for.
+
+        Its columns, like the window's, are of built-in types that psycopg reads alike from
+        binary and text rows, so both are read in binary form (the vectors come as their bytes).
+        """
         from sqlalchemy import text
 
         if self._by_id_statement is None:
@@ -558,7 +562,7 @@ LEFT JOIN LATERAL (
         ids = self._ids(node_ids, vector_ids)
         if not ids:
             return FetchedNodes()
-        rows = self._sync_reads().rows(self._select(), {"ids": ids})
+        rows = self._sync_reads().rows(self._select(), {"ids": ids}, binary=True)
         return self._collect(node_ids, rows)
 
     async def afetch(self, node_ids: Sequence[str], vector_ids: Sequence[str]) -> FetchedNodes:
@@ -566,7 +570,9 @@ LEFT JOIN LATERAL (
         ids = self._ids(node_ids, vector_ids)
         if not ids:
             return FetchedNodes()
-        rows = await self._async_reads.arows(self._async.current(), self._select(), {"ids": ids})
+        rows = await self._async_reads.arows(
+            self._async.current(), self._select(), {"ids": ids}, binary=True
+        )
         return self._collect(node_ids, rows)
 
     def fetch_window(
@@ -605,7 +611,7 @@ LEFT JOIN LATERAL (
         if not self._node_id_indexed:
             return self._walk_rings(parameters)
         try:
-            rows = self._sync_reads().rows(self._window_select(), parameters)
+            rows = self._sync_reads().rows(self._window_select(), parameters, binary=True)
         except Exception as error:
             if not _invalid_stored_json(error):
                 raise
@@ -639,7 +645,7 @@ LEFT JOIN LATERAL (
             return await self._awalk_rings(parameters)
         try:
             rows = await self._async_reads.arows(
-                self._async.current(), self._window_select(), parameters
+                self._async.current(), self._window_select(), parameters, binary=True
             )
         except Exception as error:
             if not _invalid_stored_json(error):
