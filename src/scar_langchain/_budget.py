@@ -7,9 +7,9 @@ a round trip per slot; :class:`BudgetRun` instead
 1. prefetches the neighbours of the retrieved chunks, deeper around the better ranked ones:
    :data:`DEEP_PREFETCH_HOPS` steps around the :data:`DEEP_PREFETCH_SEEDS` best (the selection
    takes the best chunks first, so theirs are the passages that grow longest),
-   :data:`PREFETCH_HOPS` around the rest of the better half of the budget, and one step around
-   the chunks ranked below it, which seldom take a slot and more seldom grow (never deeper than
-   ``window``). When chunk ids follow :func:`~scar_langchain.link_chunks`' naming, the ids of
+   :data:`PREFETCH_HOPS` around the rest of the better half of the budget, and nothing around
+   the chunks ranked below it, which seldom take a slot (never deeper than ``window``); when
+   one does, its neighbours are a miss of the first attempt (step 2). When chunk ids follow :func:`~scar_langchain.link_chunks`' naming, the ids of
    every ring are known from the retrieved chunks alone and all rings come in one batched call;
    otherwise each ring costs one call, since its ids are read from the ring before it. Then it
 2. runs the selection over lookups that answer only from what the pool holds and *record* every
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: Rings of neighbours fetched around a retrieved chunk in the better half of the budget (by
-#: rank) before the first selection; one ring around the chunks ranked below it.
+#: rank) before the first selection.
 PREFETCH_HOPS = 3
 #: The same when chunk vectors are computed, not read: every prefetched chunk costs an embedding.
 EMBEDDED_PREFETCH_HOPS = 2
@@ -61,6 +61,10 @@ EXTEND_HOPS = 2
 #: statements column of ``benchmarks/results/e2e_latency.md``).
 DEEP_PREFETCH_SEEDS = 3
 DEEP_PREFETCH_HOPS = 5
+#: Rings prefetched around the retrieved chunks ranked below the better half of the budget. One
+#: ring each cost 7-9 more rows a query for 0.01-0.06 fewer statements, and was 0.5-0.9 ms slower
+#: behind HNSW (``benchmarks/results/README.md``, section 1, session 11).
+TAIL_PREFETCH_HOPS = 0
 
 
 def prefetch_depths(
@@ -69,18 +73,17 @@ def prefetch_depths(
     """How many rings to prefetch around each retrieved chunk, by rank (best first).
 
     The :data:`DEEP_PREFETCH_SEEDS` best get ``deep_hops`` (at least ``most_hops``), the rest of
-    the better half of the budget ``most_hops``, the chunks ranked below that one ring; never
-    more than ``settings.window``. In a one-off count over 300 queries of the end-to-end
-    benchmark's 10k x 384 corpus (budget 10), the chunks ranked 6 to 10 took a slot 40 times in
-    1,500 chances, and a passage grew from one of them past its first ring 4 times; each such
-    miss costs one more fetch, where fetching three rings around them all cost 15 more chunks
-    per query.
+    the better half of the budget ``most_hops``, the chunks ranked below that
+    :data:`TAIL_PREFETCH_HOPS` (none); never more than ``settings.window``. In a one-off count
+    over 300 queries of the end-to-end benchmark's 10k x 384 corpus (budget 10), the chunks
+    ranked 6 to 10 took a slot 40 times in 1,500 chances; each time one does, its neighbours
+    cost one more fetch, where fetching a ring around them all cost 7-9 more rows every query.
     """
     hops = prefetch_hops(settings, most_hops)
     deep = max(hops, prefetch_hops(settings, deep_hops))
     half_budget = max(DEEP_PREFETCH_SEEDS, settings.max_chunks // 2)
     return [
-        deep if rank < DEEP_PREFETCH_SEEDS else hops if rank < half_budget else 1
+        deep if rank < DEEP_PREFETCH_SEEDS else hops if rank < half_budget else TAIL_PREFETCH_HOPS
         for rank in range(seed_count)
     ]
 
@@ -228,7 +231,9 @@ class BudgetRun:
                 for seed, depth in zip(self.pool.seeds, self.depths, strict=True)
                 if depth > 1
             )
-            wanted = self.pool.unfetched_neighbors(self.settings.direction, 1)
+            wanted = self.pool.unfetched_neighbors(
+                self.settings.direction, [min(depth, 1) for depth in self.depths]
+            )
             predicted = (
                 chunk_id
                 for seed, depth in zip(self.pool.seeds, self.depths, strict=True)

@@ -444,7 +444,7 @@ def test_the_prefetch_is_shallower_when_chunk_vectors_are_embedded(
 def test_the_prefetch_is_deeper_around_better_ranked_hits() -> None:
     """Seven hits, one per document, ranked d0 > d1 > ... > d6, with a budget of 10: five rings
     around the first three, three rings around the rest of the better half of the budget (ranks
-    4 and 5), one ring around ranks 6 and 7; all in the first lookup."""
+    4 and 5), none around ranks 6 and 7; all in the first lookup."""
     documents = {f"d{d}": [f"d{d}p{i}" for i in range(14)] for d in range(7)}
     table = {"q": [1.0, 0.0]}
     for d, texts in enumerate(documents.values()):
@@ -453,7 +453,7 @@ def test_the_prefetch_is_deeper_around_better_ranked_hits() -> None:
     store, chunks = _linked_store(table, documents)
     SCARRetriever(vectorstore=store, k=7, budget=10, fetch_k=7).invoke("q")
     assert store.search_sizes == [7]
-    rings = {0: 5, 1: 5, 2: 5, 3: 3, 4: 3, 5: 1, 6: 1}
+    rings = {0: 5, 1: 5, 2: 5, 3: 3, 4: 3, 5: 0, 6: 0}
     by_text = {c.page_content: c.id for c in chunks}
     expected = {
         by_text[f"d{d}p{i}"] for d in range(7) for i in range(7 - rings[d], 8 + rings[d]) if i != 7

@@ -396,7 +396,7 @@ def test_pg_search_source_costs_a_search_and_one_fetch_per_query(setup: Setup) -
         # Window 3 in budget mode: link_chunks ids are predictable, so every ring within the
         # window comes in one fetch after the search, and nothing lies beyond the window. With
         # 5 hits for a budget of 10, every hit is in the better half of the budget, whose
-        # neighbourhoods are prefetched to the window (hits ranked below get one ring).
+        # neighbourhoods are prefetched to the window (hits ranked below get none).
         retriever = SCARRetriever(
             vectorstore=setup.pg_store, search_source=chunks, window=3, fetch_k=5
         )
