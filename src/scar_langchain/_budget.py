@@ -9,9 +9,10 @@ a round trip per slot; :class:`BudgetRun` instead
    takes the best chunks first, so theirs are the passages that grow longest),
    :data:`PREFETCH_HOPS` around the rest of the better half of the budget, and nothing around
    the chunks ranked below it, which seldom take a slot (never deeper than ``window``); when
-   one does, its neighbours are a miss of the first attempt (step 2). When chunk ids follow :func:`~scar_langchain.link_chunks`' naming, the ids of
-   every ring are known from the retrieved chunks alone and all rings come in one batched call;
-   otherwise each ring costs one call, since its ids are read from the ring before it. Then it
+   one does, its neighbours are a miss of the first attempt (step 2). When chunk ids follow
+   :func:`~scar_langchain.link_chunks`' naming, the ids of every ring are known from the
+   retrieved chunks alone and all rings come in one batched call; otherwise each ring costs one
+   call, since its ids are read from the ring before it. Then it
 2. runs the selection over lookups that answer only from what the pool holds and *record* every
    chunk they were asked about and do not know yet. When a run recorded such misses, the driver
    fetches all of them in one call (with :data:`EXTEND_HOPS` further predicted rings beyond

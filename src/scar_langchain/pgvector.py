@@ -849,8 +849,8 @@ class PGVectorChunks:
         return decode_pgvector_binary([row[1] for row in rows], stored, np.float64)
 
     def _document(self, chunk_id: str, row: Sequence[Any]) -> Document:
-        # The JSON metadata arrives as text (see _as_read) and is parsed here, when the chunk is
-        # made: for a fetched neighbour, only if the query uses it.
+        # The JSON metadata arrives as text (see _document_outputs) and is parsed here, when the
+        # chunk is made: for a fetched neighbour, only if the query uses it.
         json_metadata = json.loads(row[3]) if isinstance(row[3], str) else row[3]
         metadata: dict[str, Any] = dict(json_metadata) if isinstance(json_metadata, Mapping) else {}
         for offset, column in enumerate(self.table.metadata_columns):
