@@ -52,6 +52,7 @@ __all__ = [
     "Settings",
     "VectorParameter",
     "decode_pgvector_binary",
+    "statements_watched",
 ]
 
 Row = Sequence[Any]
@@ -62,15 +63,18 @@ _SYNC_DRIVERS = frozenset({"psycopg", "psycopg2"})
 _ASYNC_DRIVERS = frozenset({"psycopg"})
 
 
+def statements_watched(engine: Engine) -> bool:
+    """Whether something sees an engine's statements: ``echo`` logging or a cursor listener."""
+    dispatch = engine.dispatch
+    return bool(engine.echo or dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+
+
 def _direct(dialect: Any, drivers: frozenset[str], engine: Engine) -> bool:
     """Whether statements may go to the driver connection itself rather than through SQLAlchemy."""
-    dispatch = engine.dispatch
     return (
         dialect.driver in drivers
         and dialect.paramstyle == "pyformat"
-        and not engine.echo
-        and not dispatch.before_cursor_execute
-        and not dispatch.after_cursor_execute
+        and not statements_watched(engine)
     )
 
 

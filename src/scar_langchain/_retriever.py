@@ -136,8 +136,9 @@ class SCARRetriever(BaseRetriever):
     Key init args — where chunks come from:
         vectorstore: VectorStore
             The store to search; neighbours are fetched with its ``get_by_ids``. A
-            langchain-postgres ``PGVectorStore``'s table is read directly instead, on the
-            store's own pool (vectors in binary, one statement per batch).
+            langchain-postgres ``PGVectorStore``'s table is read directly instead (vectors in
+            binary, one statement per batch), the sync reads on a pool of SCAR's own opened with
+            the store's connection settings (``scar_langchain.pgvector.default_store_chunks``).
         base_retriever: BaseRetriever
             Any retriever, instead of ``vectorstore``; needs ``docstore`` and ``embeddings``.
         docstore: BaseStore[str, Document]
@@ -242,7 +243,7 @@ class SCARRetriever(BaseRetriever):
     vectorstore: VectorStore | None = Field(
         default=None,
         description="Vector store searched for seed chunks; neighbours come from its get_by_ids "
-        "(a PGVectorStore's table is read directly, on the store's own pool).",
+        "(a PGVectorStore's table is read directly, with the store's connection settings).",
     )
     base_retriever: BaseRetriever | None = Field(
         default=None,
@@ -352,7 +353,7 @@ class SCARRetriever(BaseRetriever):
     _neighbors: NeighborSource = PrivateAttr()
     _vectors: NeighborVectorSource = PrivateAttr()
     #: Searches the store's table and returns the hits' vectors: ``search_source``, or, for a
-    #: PGVectorStore given no sources and no ``search_kwargs``, a reader on the store's pool.
+    #: PGVectorStore given no sources and no ``search_kwargs``, ``default_store_chunks``.
     _searcher: VectorSearchSource | None = PrivateAttr(default=None)
     _query_embeddings: Embeddings = PrivateAttr()
     _count_tokens: TokenCounter | None = PrivateAttr(default=None)
@@ -407,12 +408,12 @@ class SCARRetriever(BaseRetriever):
 
             check_search_matches_store(self.vectorstore, search_source)
         self._searcher = search_source
-        # A PGVectorStore given no search_source: read it on its own pool, vectors in binary.
+        # A PGVectorStore given no search_source: read its table directly, vectors in binary.
         store_chunks = None
         if search_source is None and self.vectorstore is not None:
-            from scar_langchain.pgvector import runs_hybrid_search, shared_pool_chunks
+            from scar_langchain.pgvector import default_store_chunks, runs_hybrid_search
 
-            store_chunks = shared_pool_chunks(self.vectorstore)
+            store_chunks = default_store_chunks(self.vectorstore)
             if (
                 store_chunks is not None
                 and not self.search_kwargs

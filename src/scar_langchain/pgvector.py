@@ -7,8 +7,9 @@ Two readers for the table of a ``langchain_postgres.PGVectorStore``:
   Its search returns the hits with their vectors. ``PGVectorChunks.from_store(store)`` reads the
   table, columns, distance strategy and index query options from the store, and serves as the
   retriever's ``search_source`` (and so as its ``neighbor_source`` and ``vector_source``).
-  :class:`~scar_langchain.SCARRetriever` given a ``PGVectorStore`` and no sources uses one on
-  the store's own pool (``share_store_pool=True``).
+  :class:`~scar_langchain.SCARRetriever` given a ``PGVectorStore`` and no sources uses one
+  that reads on a sync pool of its own, opened with the settings of the store's own connections
+  (:func:`default_store_chunks`).
 * :class:`PGVectorStoreVectors` reads vectors through the store's own public
   ``get(ids=..., include=["embeddings"])``: one SQL query per batch and nothing to configure.
   The retriever falls back to it when this langchain-postgres version keeps the store's table
@@ -26,8 +27,9 @@ import logging
 import re
 import threading
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -42,6 +44,7 @@ from scar_core._sql_reads import (
     SQLReads,
     VectorParameter,
     decode_pgvector_binary,
+    statements_watched,
 )
 from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_langchain._neighbors import FetchedChunks, SearchHits
@@ -56,9 +59,9 @@ __all__ = [
     "PGVectorStoreVectors",
     "PGVectorTable",
     "check_search_matches_store",
+    "default_store_chunks",
     "is_pgvector_store",
     "runs_hybrid_search",
-    "shared_pool_chunks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -165,22 +168,34 @@ def _store_internals(vectorstore: object) -> Any:
     return inner
 
 
-def shared_pool_chunks(vectorstore: object) -> PGVectorChunks | None:
+def default_store_chunks(vectorstore: object) -> PGVectorChunks | None:
     """What :class:`~scar_langchain.SCARRetriever` reads a ``PGVectorStore`` with by default.
 
-    A :class:`PGVectorChunks` on the store's own pool (``from_store(share_store_pool=True)``):
-    neighbours and vectors in one statement per batch, vectors in binary form, and (see
-    :func:`runs_hybrid_search`) the search with the hits' vectors. ``None`` for any other store,
-    or when this langchain-postgres version keeps the store's table or engine elsewhere; the
-    retriever then reads through the store's public API.
+    A :class:`PGVectorChunks` over the store's table (neighbours and vectors in one statement per
+    batch, vectors in binary form, and, see :func:`runs_hybrid_search`, the search with the hits'
+    vectors) whose sync reads run on a connection pool of its own. That pool opens its
+    connections with the settings of the store's own (libpq's options as one of them used them:
+    host, user, password, TLS, ``options``), so it reaches the same database as the store
+    however the store's engine was made; every retriever of one store engine shares it. Async
+    reads, reads while something watches the store engine's statements (``echo``, a cursor
+    listener), reads for a store whose driver is not psycopg 3, and every read once a
+    connection of its own has failed to open run on the store's own pool
+    (``share_store_pool=True``).
+
+    Returns ``None`` for any other store, or when this langchain-postgres version keeps the
+    store's table or engine elsewhere; the retriever then reads through the store's public API.
     """
     if not is_pgvector_store(vectorstore):
         return None
     try:
-        return PGVectorChunks.from_store(vectorstore, share_store_pool=True)
+        table = PGVectorTable.from_store(vectorstore)
+        connections = _StoreSettingsPools(_StorePool(vectorstore))
     except InvalidSettingsError as error:
         logger.debug("reading the PGVectorStore through its public API: %s", error)
         return None
+    chunks = PGVectorChunks.__new__(PGVectorChunks)
+    chunks._start(table, connections)
+    return chunks
 
 
 def runs_hybrid_search(vectorstore: object) -> bool:
@@ -519,9 +534,20 @@ class _StorePool:
                 "cannot share this PGVectorStore's pool (this langchain-postgres version keeps "
                 f"its engine elsewhere; missing {missing}); use share_store_pool=False."
             )
-        self._store_engine = store_engine
+        #: The store's ``PGEngine``: its pool, and the loop its statements run on.
+        self.store_engine = store_engine
         self._pool: AsyncEngine = store_engine._pool
         self._reads = SQLReads(self._pool.sync_engine)
+
+    def watched(self) -> bool:
+        """Whether something sees the store engine's statements (``echo``, a cursor listener)."""
+        return statements_watched(self._pool.sync_engine)
+
+    def connection_settings(self) -> _ConnectionSettings | None:
+        """How the store's connections are opened, read from one of them; ``None`` unless psycopg 3."""
+        return self.store_engine._run_as_sync(  # type: ignore[no-any-return]
+            _read_connection_settings(self._pool)
+        )
 
     def rows(
         self,
@@ -532,7 +558,7 @@ class _StorePool:
         binary: bool = False,
     ) -> list[Row]:
         read = self._reads.arows(self._pool, statement, parameters, settings, binary=binary)
-        return self._store_engine._run_as_sync(read)  # type: ignore[no-any-return]
+        return self.store_engine._run_as_sync(read)  # type: ignore[no-any-return]
 
     async def arows(
         self,
@@ -543,13 +569,182 @@ class _StorePool:
         binary: bool = False,
     ) -> list[Row]:
         read = self._reads.arows(self._pool, statement, parameters, settings, binary=binary)
-        return await self._store_engine._run_as_async(read)  # type: ignore[no-any-return]
+        return await self.store_engine._run_as_async(read)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         """The pool is the store's: nothing to dispose of."""
 
     async def aclose(self) -> None:
         """The pool is the store's: nothing to dispose of."""
+
+
+class _ConnectError(Exception):
+    """A pool of SCAR's own could not open a connection with the store's settings."""
+
+
+@dataclass(frozen=True)
+class _ConnectionSettings:
+    """How a ``PGVectorStore``'s psycopg 3 connections are opened, read from a live one.
+
+    Attributes:
+        conninfo: libpq's connection options as that connection used them (``PQconninfo``), the
+            password included (so it is left out of ``repr``).
+        prepare_threshold: psycopg's executions before a statement is prepared (``None``: never,
+            as behind a transaction-mode PgBouncer).
+        prepared_max: psycopg's most prepared statements per connection.
+    """
+
+    conninfo: str = field(repr=False)
+    prepare_threshold: int | None
+    prepared_max: int | None
+
+    @classmethod
+    def of(cls, connection: object) -> _ConnectionSettings | None:
+        """Read them from a psycopg ``AsyncConnection``; ``None`` for another driver's."""
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        if not isinstance(connection, psycopg.AsyncConnection):
+            return None
+        options = {
+            option.keyword.decode(): option.val.decode()
+            for option in connection.pgconn.info
+            if option.val is not None
+        }
+        return cls(
+            make_conninfo("", **options), connection.prepare_threshold, connection.prepared_max
+        )
+
+    def connect(self) -> Any:
+        """Open a sync psycopg connection with these settings (a SQLAlchemy pool's creator).
+
+        Raises:
+            _ConnectError: If the server cannot be reached or refuses the connection.
+        """
+        import psycopg
+
+        try:
+            connection = psycopg.connect(self.conninfo, prepare_threshold=self.prepare_threshold)
+        except psycopg.OperationalError as error:
+            raise _ConnectError(str(error)) from error
+        connection.prepared_max = self.prepared_max
+        return connection
+
+
+async def _read_connection_settings(pool: AsyncEngine) -> _ConnectionSettings | None:
+    """The settings of one of ``pool``'s connections, checked out and back in on its loop."""
+    from sqlalchemy.util import greenlet_spawn
+
+    pooled = await pool.raw_connection()
+    try:
+        return _ConnectionSettings.of(pooled.driver_connection)
+    finally:
+        await greenlet_spawn(pooled.close)
+
+
+class _SettingsCopyPool:
+    """A sync connection pool of SCAR's own, opening connections with a store's settings."""
+
+    def __init__(self, settings: _ConnectionSettings) -> None:
+        import sqlalchemy
+
+        self.engine: Engine = sqlalchemy.create_engine(
+            "postgresql+psycopg://", creator=settings.connect
+        )
+        self.reads = SQLReads(self.engine)
+        #: Cleared when a connection fails to open: the store's pool serves from then on.
+        self.usable = True
+
+
+#: The pool of SCAR's own for each store engine (``PGEngine``), or ``None`` where there is none
+#: (not psycopg 3): shared by every retriever of the engine's stores, so that one made per
+#: request does not open connections of its own, and disposed of when the engine is collected.
+_SETTINGS_COPY_POOLS: weakref.WeakKeyDictionary[Any, _SettingsCopyPool | None] = (
+    weakref.WeakKeyDictionary()
+)
+_SETTINGS_COPY_POOLS_LOCK = threading.Lock()
+
+
+def _settings_copy_pool(store: _StorePool) -> _SettingsCopyPool | None:
+    """The pool of SCAR's own for ``store``'s engine, made on first use."""
+    key = store.store_engine
+    with _SETTINGS_COPY_POOLS_LOCK:
+        if key in _SETTINGS_COPY_POOLS:
+            return _SETTINGS_COPY_POOLS[key]
+    # Read outside the lock: it waits for the store's event loop.
+    settings = store.connection_settings()
+    made = None if settings is None else _SettingsCopyPool(settings)
+    with _SETTINGS_COPY_POOLS_LOCK:
+        if key in _SETTINGS_COPY_POOLS:  # another thread was first; `made` never connected
+            return _SETTINGS_COPY_POOLS[key]
+        _SETTINGS_COPY_POOLS[key] = made
+    if made is not None:
+        weakref.finalize(key, made.engine.dispose)
+    return made
+
+
+class _StoreSettingsPools:
+    """Sync reads on a pool of SCAR's own opened with the store's settings; the rest on the store's.
+
+    The store's pool serves async reads (it belongs to the store's event loop, as they do), reads
+    while something watches the store engine's statements (so logging and tracing keep seeing
+    them), a store whose driver is not psycopg 3, and every read once a connection of SCAR's own
+    has failed to open (a password that has since changed, a creator function's token): such a
+    failure is logged once and the read is retried on the store's pool, so no query fails for it.
+    """
+
+    def __init__(self, store: _StorePool) -> None:
+        self._store = store
+
+    def _own(self) -> _SettingsCopyPool | None:
+        if self._store.watched():
+            return None
+        own = _settings_copy_pool(self._store)
+        return own if own is not None and own.usable else None
+
+    def rows(
+        self,
+        statement: TextClause,
+        parameters: Mapping[str, Any],
+        settings: Settings = (),
+        *,
+        binary: bool = False,
+    ) -> list[Row]:
+        own = self._own()
+        if own is not None:
+            try:
+                return own.reads.rows(statement, parameters, settings, binary=binary)
+            except _ConnectError as error:
+                if own.usable:
+                    own.usable = False
+                    logger.warning(
+                        "could not open a connection of SCAR's own with the PGVectorStore's "
+                        "settings (%s); reading on the store's pool from now on, which costs "
+                        "its event-loop hand-over per statement",
+                        error,
+                    )
+                own.engine.dispose()
+        return self._store.rows(statement, parameters, settings, binary=binary)
+
+    async def arows(
+        self,
+        statement: TextClause,
+        parameters: Mapping[str, Any],
+        settings: Settings = (),
+        *,
+        binary: bool = False,
+    ) -> list[Row]:
+        return await self._store.arows(statement, parameters, settings, binary=binary)
+
+    def close(self) -> None:
+        """Close the idle connections of SCAR's own pool (it reopens them if used again)."""
+        with _SETTINGS_COPY_POOLS_LOCK:
+            own = _SETTINGS_COPY_POOLS.get(self._store.store_engine)
+        if own is not None:
+            own.engine.dispose()
+
+    async def aclose(self) -> None:
+        """Async reads use the store's pool: nothing to dispose of."""
 
 
 class PGVectorChunks:
@@ -595,7 +790,9 @@ class PGVectorChunks:
         table = table if isinstance(table, PGVectorTable) else PGVectorTable(table)
         self._start(table, _OwnPools(connection, async_connection))
 
-    def _start(self, table: PGVectorTable, connections: _OwnPools | _StorePool) -> None:
+    def _start(
+        self, table: PGVectorTable, connections: _OwnPools | _StorePool | _StoreSettingsPools
+    ) -> None:
         self.table = table
         self._connections = connections
         self._layout: _Layout | None = None
@@ -632,8 +829,9 @@ class PGVectorChunks:
             share_store_pool: Read on the store's own connection pool instead, through the
                 store's engine and event loop as the store's own methods do: no connection of
                 its own, whatever the engine connects with, but each statement pays the
-                store's hand-over to its loop thread. This is what ``SCARRetriever`` uses for
-                a ``PGVectorStore`` given no sources.
+                store's hand-over to its loop thread. ``SCARRetriever`` given a
+                ``PGVectorStore`` and no sources does so for its async reads
+                (:func:`default_store_chunks`).
 
         Returns:
             The chunk reader, to give as ``SCARRetriever(search_source=...)``.

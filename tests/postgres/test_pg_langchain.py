@@ -733,13 +733,18 @@ def test_pg_a_store_url_without_a_safe_sync_form_asks_for_a_connection(
 
 
 # --------------------------------------------------------------------------------------------
-# The default for a PGVectorStore: PGVectorChunks on the store's own pool
+# The default for a PGVectorStore: PGVectorChunks, sync reads on a pool of its own opened with the
+# store's connection settings, async reads on the store's pool
 
 
 def statements_while_answering(
     setup: Setup, retriever: SCARRetriever, queries: list[str]
 ) -> list[str]:
-    """The statements the store's own engine runs while ``retriever`` answers ``queries``."""
+    """The statements the store's own engine runs while ``retriever`` answers ``queries``.
+
+    The engine is watched meanwhile (a ``before_cursor_execute`` listener), so the default
+    sources read on the store's pool, where the listener sees them.
+    """
     retriever.invoke(queries[0])  # the first call also reads the table's column types
     with store_statements(setup) as seen:
         for query in queries:
@@ -747,16 +752,151 @@ def statements_while_answering(
     return seen
 
 
-def test_pg_by_default_the_store_pool_serves_binary_reads(setup: Setup) -> None:
+@contextmanager
+def driver_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[str]]]:
+    """Record what psycopg's sync and async cursors execute, by cursor kind.
+
+    The store's pool is async (its engine runs on an event loop); a pool of SCAR's own is sync.
+    """
+    import psycopg
+
+    seen: dict[str, list[str]] = {"sync": [], "async": []}
+    sync_execute = psycopg.Cursor.execute
+    async_execute = psycopg.AsyncCursor.execute
+
+    def recording_sync(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen["sync"].append(str(query))
+        return sync_execute(cursor, query, *args, **kwargs)
+
+    async def recording_async(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen["async"].append(str(query))
+        return await async_execute(cursor, query, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(psycopg.Cursor, "execute", recording_sync)
+        patch.setattr(psycopg.AsyncCursor, "execute", recording_async)
+        yield seen
+
+
+def test_pg_by_default_sync_reads_run_on_a_pool_of_their_own(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    retriever = SCARRetriever(vectorstore=setup.pg_store, window=3, fetch_k=5)
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, window=3, fetch_k=5)
+    queries = list(setup.corpus.queries)
+    retriever.invoke(queries[0])  # reads the store's settings and the table's column types
+    with driver_statements(monkeypatch) as seen:
+        answers = [comparable(retriever.invoke(query)) for query in queries]
+    # The search with the hits' vectors, then one batch of neighbours: none on the store's pool.
+    assert seen["async"] == []
+    assert len(seen["sync"]) == 2 * len(queries)
+    assert all("vector_send(" in statement for statement in seen["sync"])
+    assert answers == [comparable(in_memory.invoke(query)) for query in queries]
+    assert setup.embeddings.documents_embedded == 0
+    # Async reads stay on the store's pool (its event loop), with the same answers.
+
+    async def answered_async() -> list[Any]:
+        return [comparable(await retriever.ainvoke(query)) for query in queries]
+
+    with driver_statements(monkeypatch) as seen:
+        assert asyncio.run(answered_async()) == answers
+    assert seen["sync"] == []
+    assert len(seen["async"]) == 2 * len(queries)
+
+
+def test_pg_by_default_a_watched_store_engine_sees_every_statement(setup: Setup) -> None:
+    """While a listener watches the store's engine (tracing), reads go through the store's pool."""
     retriever = SCARRetriever(vectorstore=setup.pg_store, window=3, fetch_k=5)
     queries = list(setup.corpus.queries)
     seen = statements_while_answering(setup, retriever, queries)
-    # As with search_source: the search with the hits' vectors, then one batch of neighbours.
     assert len(seen) == 2 * len(queries)
     assert all("vector_send(" in statement for statement in seen)
     assert sum("ORDER BY" in statement for statement in seen) == len(queries)
-    assert setup.statements == [], "no pool of its own"
+    assert setup.statements == []
     assert setup.embeddings.documents_embedded == 0
+
+
+def test_pg_by_default_the_pool_of_its_own_connects_as_the_store_does(
+    postgres: Any, setup: Setup
+) -> None:
+    """Settings the store's engine got outside its URL (connect_args) reach the own pool too."""
+    import scar_langchain.pgvector as pgvector
+
+    engine = langchain_postgres.PGEngine.from_connection_string(
+        postgres.uri("psycopg"),
+        connect_args={"application_name": "scar-settings-test", "prepare_threshold": None},
+    )
+    try:
+        store = langchain_postgres.PGVectorStore.create_sync(engine, setup.embeddings, setup.table)
+        chunks = pgvector.default_store_chunks(store)
+        assert chunks is not None
+        rows = chunks._connections.rows(
+            sqlalchemy.text("SELECT current_setting('application_name'), pg_backend_pid()"), {}
+        )
+        name, pid = rows[0]
+        assert name == "scar-settings-test"
+        own = pgvector._SETTINGS_COPY_POOLS[engine]
+        assert own is not None
+        assert own.usable
+        with own.engine.connect() as connection:
+            driver = connection.connection.driver_connection
+            assert driver.prepare_threshold is None, "psycopg's setting, not libpq's, copied too"
+            assert driver.info.backend_pid == pid, "the pool of its own served the read"
+        settings = own.engine.pool._creator.__self__  # type: ignore[attr-defined]
+        assert "host=" in settings.conninfo
+        assert "conninfo" not in repr(settings), "it may hold a password"
+        # Every retriever of the engine's stores shares that pool.
+        again = SCARRetriever(vectorstore=store)
+        again.invoke(next(iter(setup.corpus.queries)))
+        assert pgvector._SETTINGS_COPY_POOLS[engine] is own
+        chunks.close()
+    finally:
+        asyncio.run(engine.close())
+
+
+def test_pg_by_default_a_connection_that_cannot_open_falls_back_to_the_store_pool(
+    postgres: Any, setup: Setup, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A role that may no longer log in: the store's open connection still serves every read."""
+    import scar_langchain.pgvector as pgvector
+
+    role = "scar_revoked_role"
+    with setup.sql.connect() as connection:
+        connection.execute(sqlalchemy.text(f"DROP ROLE IF EXISTS {role}"))
+        connection.execute(sqlalchemy.text(f"CREATE ROLE {role} LOGIN"))
+        connection.execute(sqlalchemy.text(f'GRANT SELECT ON "{setup.table}" TO {role}'))
+        connection.commit()
+    url = sqlalchemy.make_url(postgres.uri("psycopg")).set(username=role)
+    engine = langchain_postgres.PGEngine.from_connection_string(url)
+    try:
+        store = langchain_postgres.PGVectorStore.create_sync(engine, setup.embeddings, setup.table)
+        queries = list(setup.corpus.queries)
+        store.similarity_search(queries[0])  # the store's pool now holds an open connection
+        with setup.sql.connect() as connection:
+            connection.execute(sqlalchemy.text(f"ALTER ROLE {role} NOLOGIN"))
+            connection.commit()
+        retriever = SCARRetriever(vectorstore=store, k=3)
+        in_memory = SCARRetriever(vectorstore=setup.memory_store, k=3)
+        with (
+            caplog.at_level("WARNING", logger="scar_langchain.pgvector"),
+            driver_statements(monkeypatch) as seen,
+        ):
+            answers = [comparable(retriever.invoke(query)) for query in queries]
+        assert answers == [comparable(in_memory.invoke(query)) for query in queries]
+        assert seen["sync"] == [], "no connection of its own ever opened"
+        assert len(seen["async"]) >= 2 * len(queries)
+        warned = [r for r in caplog.records if "from now on" in r.getMessage()]
+        assert len(warned) == 1, "said once"
+        assert "not permitted to log in" in warned[0].getMessage()
+        own = pgvector._SETTINGS_COPY_POOLS[engine]
+        assert own is not None
+        assert not own.usable
+    finally:
+        asyncio.run(engine.close())
+        with setup.sql.connect() as connection:
+            connection.execute(sqlalchemy.text(f'REVOKE SELECT ON "{setup.table}" FROM {role}'))
+            connection.execute(sqlalchemy.text(f"DROP ROLE {role}"))
+            connection.commit()
 
 
 def test_pg_by_default_search_kwargs_keep_the_store_search(setup: Setup) -> None:
@@ -793,7 +933,7 @@ def test_pg_without_readable_internals_the_public_api_serves(
     monkeypatch.setattr(
         pgvector, "_STORE_ATTRIBUTES", (*pgvector._STORE_ATTRIBUTES, "not_in_any_version")
     )
-    assert pgvector.shared_pool_chunks(setup.pg_store) is None
+    assert pgvector.default_store_chunks(setup.pg_store) is None
     retriever = SCARRetriever(vectorstore=setup.pg_store, k=3)
     in_memory = SCARRetriever(vectorstore=setup.memory_store, k=3)
     queries = list(setup.corpus.queries)
@@ -816,6 +956,8 @@ def test_pg_sharing_the_store_pool_takes_no_connection_of_its_own(setup: Setup) 
 
 def test_pg_by_default_a_store_on_asyncpg_is_read_on_its_pool(postgres: Any, setup: Setup) -> None:
     """asyncpg takes the SQLAlchemy path (the query vector as text); same results."""
+    import scar_langchain.pgvector as pgvector
+
     pytest.importorskip("asyncpg")
     engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("asyncpg"))
     store = langchain_postgres.PGVectorStore.create_sync(engine, setup.embeddings, setup.table)
@@ -828,6 +970,8 @@ def test_pg_by_default_a_store_on_asyncpg_is_read_on_its_pool(postgres: Any, set
 
     try:
         expected = [comparable(in_memory.invoke(query)) for query in queries]
+        assert comparable(on_asyncpg.invoke(queries[0])) == expected[0]
+        assert pgvector._SETTINGS_COPY_POOLS[engine] is None, "psycopg 3 only: no pool of its own"
         with store_statements(setup, engine) as seen:
             assert [comparable(on_asyncpg.invoke(query)) for query in queries] == expected
         assert any("vector_send(" in statement for statement in seen), "the table, read directly"
