@@ -5,10 +5,10 @@ For each corpus size and dimension, in memory and on pgvector, this times per qu
 * LangChain: ``store.as_retriever(k=K)`` against ``SCARRetriever`` on the same store, in plain
   mode (``budget=None, k=4``: the first search asks for 3k = 12 hits, so K = 12) and in the
   default budget mode (``budget=10``: the search asks for 10 hits, so K = 10). On pgvector SCAR
-  runs with its default sources (``PGVectorChunks`` on the store's own pool, through the store's
-  event-loop thread) and with ``search_source=PGVectorChunks.from_store(store)`` on a pool of its
-  own (its search returns the hits' vectors
-  in binary form, and it reads neighbours with their vectors in one statement per batch).
+  runs with its default sources (``default_store_chunks``: a sync pool of its own opened with the
+  settings of the store's connections) and with ``search_source=PGVectorChunks.from_store(store)``
+  on a pool of its own opened from the store's URL. Both search with the hits' vectors in binary
+  form and read neighbours with their vectors in one statement per batch.
 * LlamaIndex: ``index.as_retriever(similarity_top_k=10).retrieve`` alone against SCAR as the
   README sets it up: budget mode (``budget=10``) after a top-3 retrieval, so that both return
   10 nodes, and plain mode after the top-10 retrieval. The difference is the postprocessor's

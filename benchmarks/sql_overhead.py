@@ -11,7 +11,8 @@ times, side by side on the same server and the same ids:
 * ``PGVectorChunks.fetch``: the LangChain source's whole read (``SQLReads`` plus decoding the
   rows into documents and vectors);
 * ``store pool``: ``SQLReads.arows`` on a langchain-postgres ``PGEngine``'s own pool, handed to
-  its event-loop thread, as ``SCARRetriever`` reads a ``PGVectorStore`` given no sources; and
+  its event-loop thread, as ``SCARRetriever`` reads a ``PGVectorStore`` given no sources
+  asynchronously (and synchronously before session 12); and
   the hand-over alone (a coroutine that sends no statement).
 
 for a read of 35 chunks with their vectors by id (the size of one budget-mode prefetch) on a 10k
@@ -72,7 +73,7 @@ def main() -> None:
             for round_ in range(args.rounds + 2)
         ]
         select_one = sqlalchemy.text("SELECT 1")
-        # How SCARRetriever reads a PGVectorStore by default (scar_langchain.pgvector._StorePool).
+        # The store's pool, as SCARRetriever reads a PGVectorStore asynchronously by default.
         store_pool = store_engine._pool
         store_reads = SQLReads(store_pool.sync_engine)
 
