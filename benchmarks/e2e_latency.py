@@ -124,6 +124,15 @@ def statements_per_query(contenders: dict[str, Callable[[int], object]]) -> dict
     return counts
 
 
+#: The issue's target for SCAR's median latency, as a multiple of the plain retriever's.
+TARGET_RATIO = 1.10
+
+
+def ratio_cell(ratio: float) -> str:
+    """A ratio for the table, in bold when it meets :data:`TARGET_RATIO`."""
+    return f"**{ratio:.3f}x**" if ratio <= TARGET_RATIO else f"{ratio:.3f}x"
+
+
 def langchain_rows(
     label: str,
     medians: dict[str, float],
@@ -146,7 +155,7 @@ def langchain_rows(
                     f"{medians[plain] * 1e3:.2f}",
                     f"{medians[scar] * 1e3:.2f}",
                     f"{(medians[scar] - medians[plain]) * 1e3:+.2f}",
-                    f"**{medians[scar] / medians[plain]:.3f}x**",
+                    ratio_cell(medians[scar] / medians[plain]),
                     f"{statements[plain]:.1f} / {statements[scar]:.1f}" if statements else "-",
                 ]
             )
@@ -240,7 +249,7 @@ def llamaindex_rows(
             f"{base * 1e3:.2f}",
             f"{value * 1e3:.2f}",
             f"{(value - base) * 1e3:+.2f}",
-            f"**{value / base:.3f}x**",
+            f"{value / base:.3f}x",
             f"{statements['retrieve (top 10)']:.1f} / {statements[name]:.1f}"
             if statements
             else "-",
@@ -499,7 +508,8 @@ def main() -> None:
     text = (
         "# End-to-end latency (benchmark 1)\n\n"
         f"{machine}\n\n"
-        "Median wall time per query, query embedding excluded. Target: SCAR <= 1.10x plain.\n\n"
+        "Median wall time per query, query embedding excluded. Target: SCAR <= 1.10x plain "
+        "(in bold where met; LlamaIndex is reported without a target).\n\n"
         + (
             f"Chunk text: {args.text_chars:,} characters, {args.text_overlap} shared with the "
             "next chunk, no start_index (passages are stitched by finding the overlap).\n\n"
