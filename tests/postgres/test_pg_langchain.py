@@ -8,7 +8,9 @@ a single chunk at query time on the database path.
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -852,6 +854,41 @@ def test_pg_by_default_the_pool_of_its_own_connects_as_the_store_does(
         chunks.close()
     finally:
         asyncio.run(engine.close())
+
+
+def test_pg_by_default_the_pool_of_its_own_closes_with_the_store_engine(
+    postgres: Any, setup: Setup
+) -> None:
+    name = "scar-closes-with-the-engine"
+
+    def sessions() -> int:
+        with setup.sql.connect() as connection:
+            return int(
+                connection.execute(
+                    sqlalchemy.text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = :name"
+                    ),
+                    {"name": name},
+                ).scalar_one()
+            )
+
+    def settled(expected: int) -> bool:
+        for _ in range(100):  # a closed connection's server process ends a moment later
+            if sessions() == expected:
+                return True
+            time.sleep(0.02)
+        return False
+
+    engine = langchain_postgres.PGEngine.from_connection_string(
+        postgres.uri("psycopg"), connect_args={"application_name": name}
+    )
+    store = langchain_postgres.PGVectorStore.create_sync(engine, setup.embeddings, setup.table)
+    SCARRetriever(vectorstore=store).invoke(next(iter(setup.corpus.queries)))
+    asyncio.run(engine.close())  # the store's own pool
+    assert settled(1), "the pool of SCAR's own still holds its connection"
+    del store, engine
+    gc.collect()
+    assert settled(0)
 
 
 def test_pg_by_default_a_connection_that_cannot_open_falls_back_to_the_store_pool(
