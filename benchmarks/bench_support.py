@@ -251,7 +251,43 @@ def interleaved_medians(
     *,
     then: dict[str, Callable[[int], object]] | None = None,
 ) -> dict[str, float]:
-    """Median wall seconds of each callable, called in turn for every round (noise is shared).
+    """Median wall seconds of each callable over :func:`interleaved_samples`' rounds."""
+    samples = interleaved_samples(callables, rounds, warmup, then=then)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def ratio_interval(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """A bootstrap interval for ``median(numerator) / median(denominator)``.
+
+    The two series are paired by round (round ``i`` of both ran the same query, one after the
+    other), so rounds are resampled together, which keeps what a query costs both sides out of
+    the interval's width.
+    """
+    top = np.asarray(numerator, dtype=np.float64)
+    bottom = np.asarray(denominator, dtype=np.float64)
+    if top.shape != bottom.shape or top.ndim != 1 or not top.size:
+        raise ValueError("the two series must be non-empty and of the same length (one per round)")
+    rows = np.random.default_rng(seed).integers(0, top.size, size=(resamples, top.size))
+    ratios = np.median(top[rows], axis=1) / np.median(bottom[rows], axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def interleaved_samples(
+    callables: dict[str, Callable[[int], object]],
+    rounds: int,
+    warmup: int = 2,
+    *,
+    then: dict[str, Callable[[int], object]] | None = None,
+) -> dict[str, list[float]]:
+    """Wall seconds of each callable, called in turn for every round (noise is shared).
 
     Each callable gets the round number (which query to run). The order rotates from round to
     round, so that each callable goes first equally often: the first to run a query pays for
@@ -260,8 +296,11 @@ def interleaved_medians(
     contender but the first (``benchmarks/results/README.md``, section 1).
 
     ``then`` holds callables that run after all of ``callables`` in every round (rotated among
-    themselves), so that they never warm the pages of the ones compared; their medians are
+    themselves), so that they never warm the pages of the ones compared; their samples are
     returned too.
+
+    Returns:
+        Each callable's seconds, by round.
     """
     groups = [list(callables.items()), list((then or {}).items())]
     for index in range(warmup):
@@ -276,7 +315,7 @@ def interleaved_medians(
                 start = time.perf_counter()
                 run(index)
                 samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -58,10 +59,12 @@ from bench_support import (
     Corpus,
     chunk_metadata,
     interleaved_medians,
+    interleaved_samples,
     machine_summary,
     make_corpus,
     make_queries,
     markdown_table,
+    ratio_interval,
     write_result,
 )
 from langchain_core.documents import Document
@@ -135,10 +138,11 @@ def ratio_cell(ratio: float) -> str:
 
 def langchain_rows(
     label: str,
-    medians: dict[str, float],
+    samples: dict[str, list[float]],
     embeddings: CorpusEmbeddings,
     statements: dict[str, float] | None = None,
 ) -> list[list[object]]:
+    medians = {name: statistics.median(values) for name, values in samples.items()}
     pairs = [
         ("SCAR plain (budget=None, k=4)", "plain k=12"),
         ("SCAR plain + search_source=PGVectorChunks", "plain k=12"),
@@ -156,6 +160,7 @@ def langchain_rows(
                     f"{medians[scar] * 1e3:.2f}",
                     f"{(medians[scar] - medians[plain]) * 1e3:+.2f}",
                     ratio_cell(medians[scar] / medians[plain]),
+                    "{:.3f}-{:.3f}x".format(*ratio_interval(samples[scar], samples[plain])),
                     f"{statements[plain]:.1f} / {statements[scar]:.1f}" if statements else "-",
                 ]
             )
@@ -386,10 +391,11 @@ def main() -> None:
                     store = InMemoryVectorStore(embeddings)
                     store.add_documents(documents_of(corpus), ids=corpus.chunk_ids())
                     embeddings.texts_embedded = 0
-                    medians = interleaved_medians(
+                    samples = interleaved_samples(
                         langchain_contenders(store, query_texts, None), rounds
                     )
-                    langchain_table += langchain_rows(f"{label}, memory", medians, embeddings)
+                    medians = {k: statistics.median(v) for k, v in samples.items()}
+                    langchain_table += langchain_rows(f"{label}, memory", samples, embeddings)
                     print(
                         "  langchain memory",
                         {k: round(v * 1e3, 2) for k, v in medians.items()},
@@ -430,9 +436,10 @@ def main() -> None:
                             notes += scan_note(server, table, dimension, f"LangChain table {label}")
                         contenders = langchain_contenders(store, query_texts, chunks)
                         statements = statements_per_query(contenders)
-                        medians = interleaved_medians(contenders, rounds)
+                        samples = interleaved_samples(contenders, rounds)
+                        medians = {k: statistics.median(v) for k, v in samples.items()}
                         langchain_table += langchain_rows(
-                            f"{label}, pgvector {index_kind}", medians, embeddings, statements
+                            f"{label}, pgvector {index_kind}", samples, embeddings, statements
                         )
                         print(
                             f"  langchain pgvector {index_kind}",
@@ -509,6 +516,7 @@ def main() -> None:
         "SCAR ms (median)",
         "added ms",
         "SCAR / plain",
+        "95% interval",
         "SQL statements plain / SCAR",
     ]
     text = (
