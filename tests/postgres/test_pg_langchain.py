@@ -433,6 +433,29 @@ def test_pg_batch_on_threads_matches_one_query_at_a_time(setup: Setup, sources: 
         cold.close()
 
 
+def test_pg_by_default_threads_that_start_together_share_one_pool_of_its_own(
+    postgres: Any, setup: Setup
+) -> None:
+    """A fresh store engine: six threads ask for its pool of SCAR's own at once."""
+    import scar_langchain.pgvector as pgvector
+
+    queries = list(setup.corpus.queries) * 3
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, window=2)
+    expected = [comparable(in_memory.invoke(query)) for query in queries]
+    engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("psycopg"))
+    try:
+        store = langchain_postgres.PGVectorStore.create_sync(engine, setup.embeddings, setup.table)
+        retriever = SCARRetriever(vectorstore=store, window=2)
+        answers = retriever.batch(queries, config={"max_concurrency": 6})
+        assert [comparable(answer) for answer in answers] == expected
+        own = pgvector._SETTINGS_COPY_POOLS[engine]
+        assert own is not None
+        assert own.usable
+        assert 1 <= own.engine.pool.checkedin() <= 6  # type: ignore[attr-defined]
+    finally:
+        asyncio.run(engine.close())
+
+
 async def test_pg_abatch_matches_one_query_at_a_time(setup: Setup) -> None:
     queries = list(setup.corpus.queries) * 3
     chunks = setup.chunks()
