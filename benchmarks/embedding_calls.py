@@ -102,7 +102,7 @@ def langchain_rows(corpus: Corpus, server: Any) -> list[list[object]]:
     engine, _ = load_langchain_table(server, corpus, table)
     chunks = PGVectorChunks(server.get_uri(driver="psycopg"), PGVectorTable(table))
     add(
-        "store: PGVectorStore (default: its table on its own pool)",
+        "store: PGVectorStore (default: its table, read with the store's connection settings)",
         lambda m, o: SCARRetriever(vectorstore=PGVectorStore.create_sync(engine, m, table), **o),
     )
     add(

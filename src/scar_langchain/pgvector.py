@@ -30,7 +30,7 @@ import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -460,6 +460,35 @@ class _Layout:
     binary_rows: bool = False
 
 
+class _Connections(Protocol):
+    """Where :class:`PGVectorChunks` runs its statements.
+
+    :class:`_OwnPools`, :class:`_StorePool` and :class:`_StoreSettingsPools` implement it.
+    """
+
+    def rows(
+        self,
+        statement: TextClause,
+        parameters: Mapping[str, Any],
+        settings: Settings = (),
+        *,
+        binary: bool = False,
+    ) -> list[Row]: ...
+
+    async def arows(
+        self,
+        statement: TextClause,
+        parameters: Mapping[str, Any],
+        settings: Settings = (),
+        *,
+        binary: bool = False,
+    ) -> list[Row]: ...
+
+    def close(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
 class _OwnPools:
     """Reads on pools of :class:`PGVectorChunks`' own: one sync engine, one async per loop."""
 
@@ -790,9 +819,7 @@ class PGVectorChunks:
         table = table if isinstance(table, PGVectorTable) else PGVectorTable(table)
         self._start(table, _OwnPools(connection, async_connection))
 
-    def _start(
-        self, table: PGVectorTable, connections: _OwnPools | _StorePool | _StoreSettingsPools
-    ) -> None:
+    def _start(self, table: PGVectorTable, connections: _Connections) -> None:
         self.table = table
         self._connections = connections
         self._layout: _Layout | None = None
