@@ -22,6 +22,7 @@ Neither imports ``langchain_postgres`` or ``sqlalchemy`` until it is built, so
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -30,7 +31,7 @@ import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -173,13 +174,13 @@ def default_store_chunks(vectorstore: object) -> PGVectorChunks | None:
 
     A :class:`PGVectorChunks` over the store's table (neighbours and vectors in one statement per
     batch, vectors in binary form, and, see :func:`runs_hybrid_search`, the search with the hits'
-    vectors) whose sync reads run on a connection pool of its own. That pool opens its
-    connections with the settings of the store's own (libpq's options as one of them used them:
-    host, user, password, TLS, ``options``), so it reaches the same database as the store
-    however the store's engine was made; every retriever of one store engine shares it. Async
-    reads, reads while something watches the store engine's statements (``echo``, a cursor
-    listener), reads for a store whose driver is not psycopg 3, and every read once a
-    connection of its own has failed to open run on the store's own pool
+    vectors) whose reads run on a sync connection pool of its own (async reads in the event
+    loop's default executor). That pool opens its connections with the settings of the store's
+    own (libpq's options as one of them used them: host, user, password, TLS, ``options``), so
+    it reaches the same database as the store however the store's engine was made; every
+    retriever of one store engine shares it. Reads while something watches the store engine's
+    statements (``echo``, a cursor listener), reads for a store whose driver is not psycopg 3,
+    and every read once a connection of its own has failed to open run on the store's own pool
     (``share_store_pool=True``).
 
     Returns ``None`` for any other store, or when this langchain-postgres version keeps the
@@ -578,6 +579,12 @@ class _StorePool:
             _read_connection_settings(self._pool)
         )
 
+    async def aconnection_settings(self) -> _ConnectionSettings | None:
+        """Async form of :meth:`connection_settings`."""
+        return await self.store_engine._run_as_async(  # type: ignore[no-any-return]
+            _read_connection_settings(self._pool)
+        )
+
     def rows(
         self,
         statement: TextClause,
@@ -694,14 +701,21 @@ _SETTINGS_COPY_POOLS: weakref.WeakKeyDictionary[Any, _SettingsCopyPool | None] =
 _SETTINGS_COPY_POOLS_LOCK = threading.Lock()
 
 
-def _settings_copy_pool(store: _StorePool) -> _SettingsCopyPool | None:
-    """The pool of SCAR's own for ``store``'s engine, made on first use."""
-    key = store.store_engine
+#: What :data:`_SETTINGS_COPY_POOLS` answers for a store engine it has not seen yet.
+_UNSEEN = object()
+
+
+def _registered_pool(store: _StorePool) -> object:
+    """The registered pool of ``store``'s engine: a pool, ``None``, or :data:`_UNSEEN`."""
     with _SETTINGS_COPY_POOLS_LOCK:
-        if key in _SETTINGS_COPY_POOLS:
-            return _SETTINGS_COPY_POOLS[key]
-    # Read outside the lock: it waits for the store's event loop.
-    settings = store.connection_settings()
+        return _SETTINGS_COPY_POOLS.get(store.store_engine, _UNSEEN)
+
+
+def _register_pool(
+    store: _StorePool, settings: _ConnectionSettings | None
+) -> _SettingsCopyPool | None:
+    """Register a pool for ``store``'s engine made with ``settings``, unless one was first."""
+    key = store.store_engine
     made = None if settings is None else _SettingsCopyPool(settings)
     with _SETTINGS_COPY_POOLS_LOCK:
         if key in _SETTINGS_COPY_POOLS:  # another thread was first; `made` never connected
@@ -712,24 +726,40 @@ def _settings_copy_pool(store: _StorePool) -> _SettingsCopyPool | None:
     return made
 
 
-class _StoreSettingsPools:
-    """Sync reads on a pool of SCAR's own opened with the store's settings; the rest on the store's.
+def _settings_copy_pool(store: _StorePool) -> _SettingsCopyPool | None:
+    """The pool of SCAR's own for ``store``'s engine, made on first use."""
+    known = _registered_pool(store)
+    if known is not _UNSEEN:
+        return cast("_SettingsCopyPool | None", known)
+    # Read outside the lock: it waits for the store's event loop.
+    return _register_pool(store, store.connection_settings())
 
-    The store's pool serves async reads (it belongs to the store's event loop, as they do), reads
-    while something watches the store engine's statements (so logging and tracing keep seeing
-    them), a store whose driver is not psycopg 3, and every read once a connection of SCAR's own
-    has failed to open (a password that has since changed, a creator function's token): such a
-    failure is logged once and the read is retried on the store's pool, so no query fails for it.
+
+async def _asettings_copy_pool(store: _StorePool) -> _SettingsCopyPool | None:
+    """Async form of :func:`_settings_copy_pool`, for a store engine with no loop thread too."""
+    known = _registered_pool(store)
+    if known is not _UNSEEN:
+        return cast("_SettingsCopyPool | None", known)
+    return _register_pool(store, await store.aconnection_settings())
+
+
+class _StoreSettingsPools:
+    """Reads on a sync pool of SCAR's own opened with the store's settings; else on the store's.
+
+    Async reads run that pool's sync reads in the event loop's default executor (a thread): on
+    the benchmark machine that cost less than a read on the store's pool, which hands each
+    statement to the store's loop thread and runs it on the async driver
+    (``benchmarks/results/README.md``, section 1, session 12).
+
+    The store's pool serves reads while something watches the store engine's statements (so
+    logging and tracing keep seeing them), a store whose driver is not psycopg 3, and every read
+    once a connection of SCAR's own has failed to open (a password that has since changed, a
+    creator function's token): such a failure is logged once and the read is retried on the
+    store's pool, so no query fails for it.
     """
 
     def __init__(self, store: _StorePool) -> None:
         self._store = store
-
-    def _own(self) -> _SettingsCopyPool | None:
-        if self._store.watched():
-            return None
-        own = _settings_copy_pool(self._store)
-        return own if own is not None and own.usable else None
 
     def rows(
         self,
@@ -739,20 +769,12 @@ class _StoreSettingsPools:
         *,
         binary: bool = False,
     ) -> list[Row]:
-        own = self._own()
-        if own is not None:
-            try:
-                return own.reads.rows(statement, parameters, settings, binary=binary)
-            except _ConnectError as error:
-                if own.usable:
-                    own.usable = False
-                    logger.warning(
-                        "could not open a connection of SCAR's own with the PGVectorStore's "
-                        "settings (%s); reading on the store's pool from now on, which costs "
-                        "its event-loop hand-over per statement",
-                        error,
-                    )
-                own.engine.dispose()
+        if not self._store.watched():
+            own = _settings_copy_pool(self._store)
+            if own is not None and own.usable:
+                found = _own_rows(own, statement, parameters, settings, binary)
+                if found is not None:
+                    return found
         return self._store.rows(statement, parameters, settings, binary=binary)
 
     async def arows(
@@ -763,17 +785,48 @@ class _StoreSettingsPools:
         *,
         binary: bool = False,
     ) -> list[Row]:
+        if not self._store.watched():
+            own = await _asettings_copy_pool(self._store)
+            if own is not None and own.usable:
+                found = await asyncio.to_thread(
+                    _own_rows, own, statement, parameters, settings, binary
+                )
+                if found is not None:
+                    return found
         return await self._store.arows(statement, parameters, settings, binary=binary)
 
     def close(self) -> None:
         """Close the idle connections of SCAR's own pool (it reopens them if used again)."""
-        with _SETTINGS_COPY_POOLS_LOCK:
-            own = _SETTINGS_COPY_POOLS.get(self._store.store_engine)
-        if own is not None:
+        own = _registered_pool(self._store)
+        if isinstance(own, _SettingsCopyPool):
             own.engine.dispose()
 
     async def aclose(self) -> None:
-        """Async reads use the store's pool: nothing to dispose of."""
+        """Close the idle connections of SCAR's own pool; the store's pool stays the store's."""
+        self.close()
+
+
+def _own_rows(
+    own: _SettingsCopyPool,
+    statement: TextClause,
+    parameters: Mapping[str, Any],
+    settings: Settings,
+    binary: bool,
+) -> list[Row] | None:
+    """Read on SCAR's own pool; ``None`` (and the pool set aside) when it cannot connect."""
+    try:
+        return own.reads.rows(statement, parameters, settings, binary=binary)
+    except _ConnectError as error:
+        if own.usable:
+            own.usable = False
+            logger.warning(
+                "could not open a connection of SCAR's own with the PGVectorStore's settings "
+                "(%s); reading on the store's pool from now on, which costs its event-loop "
+                "hand-over per statement",
+                error,
+            )
+        own.engine.dispose()
+        return None
 
 
 class PGVectorChunks:
@@ -857,8 +910,8 @@ class PGVectorChunks:
                 store's engine and event loop as the store's own methods do: no connection of
                 its own, whatever the engine connects with, but each statement pays the
                 store's hand-over to its loop thread. ``SCARRetriever`` given a
-                ``PGVectorStore`` and no sources does so for its async reads
-                (:func:`default_store_chunks`).
+                ``PGVectorStore`` and no sources falls back to it when it cannot use a pool
+                of its own (:func:`default_store_chunks`).
 
         Returns:
             The chunk reader, to give as ``SCARRetriever(search_source=...)``.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -782,15 +783,17 @@ def driver_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, lis
     """Record what psycopg's sync and async cursors execute, by cursor kind.
 
     The store's pool is async (its engine runs on an event loop); a pool of SCAR's own is sync.
+    ``"sync_threads"`` names the thread of each sync statement.
     """
     import psycopg
 
-    seen: dict[str, list[str]] = {"sync": [], "async": []}
+    seen: dict[str, list[str]] = {"sync": [], "async": [], "sync_threads": []}
     sync_execute = psycopg.Cursor.execute
     async_execute = psycopg.AsyncCursor.execute
 
     def recording_sync(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         seen["sync"].append(str(query))
+        seen["sync_threads"].append(threading.current_thread().name)
         return sync_execute(cursor, query, *args, **kwargs)
 
     async def recording_async(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
@@ -803,7 +806,7 @@ def driver_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, lis
         yield seen
 
 
-def test_pg_by_default_sync_reads_run_on_a_pool_of_their_own(
+def test_pg_by_default_reads_run_on_a_pool_of_their_own(
     setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     retriever = SCARRetriever(vectorstore=setup.pg_store, window=3, fetch_k=5)
@@ -818,15 +821,40 @@ def test_pg_by_default_sync_reads_run_on_a_pool_of_their_own(
     assert all("vector_send(" in statement for statement in seen["sync"])
     assert answers == [comparable(in_memory.invoke(query)) for query in queries]
     assert setup.embeddings.documents_embedded == 0
-    # Async reads stay on the store's pool (its event loop), with the same answers.
+    # Async calls read on the same sync pool, in the event loop's default executor.
+    loop_threads: list[str] = []
 
     async def answered_async() -> list[Any]:
+        loop_threads.append(threading.current_thread().name)
         return [comparable(await retriever.ainvoke(query)) for query in queries]
 
     with driver_statements(monkeypatch) as seen:
         assert asyncio.run(answered_async()) == answers
-    assert seen["sync"] == []
-    assert len(seen["async"]) == 2 * len(queries)
+    assert seen["async"] == []
+    assert len(seen["sync"]) == 2 * len(queries)
+    assert loop_threads[0] not in seen["sync_threads"], "never on the event loop's thread"
+
+
+async def test_pg_by_default_a_store_engine_without_a_loop_thread_serves_async_calls(
+    postgres: Any, setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``PGEngine.from_engine`` in an async app has no loop thread: settings are read async."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    queries = list(setup.corpus.queries)
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, k=3)
+    expected = [comparable(in_memory.invoke(query)) for query in queries]
+    engine = langchain_postgres.PGEngine.from_engine(create_async_engine(postgres.uri("psycopg")))
+    try:
+        store = await langchain_postgres.PGVectorStore.create(engine, setup.embeddings, setup.table)
+        retriever = SCARRetriever(vectorstore=store, k=3)
+        with driver_statements(monkeypatch) as seen:
+            answers = [comparable(await retriever.ainvoke(query)) for query in queries]
+        assert answers == expected
+        assert sum("vector_send(" in statement for statement in seen["sync"]) >= 2 * len(queries)
+        assert not any("vector_send(" in statement for statement in seen["async"])
+    finally:
+        await engine.close()
 
 
 def test_pg_by_default_a_watched_store_engine_sees_every_statement(setup: Setup) -> None:
