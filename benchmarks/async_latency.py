@@ -1,0 +1,155 @@
+"""Benchmark 7: async end-to-end latency on pgvector, SCAR against the plain retriever.
+
+The async counterpart of benchmark 1's pgvector rows behind HNSW: ``await retriever.ainvoke``
+for ``store.as_retriever(k=K)`` and for ``SCARRetriever`` on the same ``PGVectorStore``, on one
+event loop, every round running each contender on the same query in turn (the order rotates).
+The plain retriever's async search runs on the store's event-loop thread; SCAR's default sources
+run their sync reads in the loop's default executor, and ``search_source=PGVectorChunks`` reads
+on an async pool of its own on the running loop. Query embedding is excluded (a fake model).
+Each ratio comes with a paired bootstrap 95 % interval.
+
+Run from the repository root with the ``dev`` extra installed::
+
+    python benchmarks/async_latency.py --sizes 10000 100000 --rounds 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+import time
+from typing import Any
+
+from bench_langchain import CorpusEmbeddings, load_langchain_table
+from bench_postgres import create_hnsw_index, pgvector_server
+from bench_support import (
+    TEXT_CHARS,
+    TEXT_OVERLAP,
+    machine_summary,
+    make_corpus,
+    make_queries,
+    markdown_table,
+    ratio_interval,
+    write_result,
+)
+
+from scar_langchain import PGVectorChunks, SCARRetriever
+
+#: (SCAR contender, the plain retriever it is compared with): each pair returns as many chunks.
+PAIRS = [
+    ("SCAR plain (budget=None, k=4)", "plain k=12"),
+    ("SCAR budget=10", "plain k=10"),
+    ("SCAR budget=10 + search_source=PGVectorChunks", "plain k=10"),
+]
+
+
+async def interleaved_async_samples(
+    retrievers: dict[str, Any], queries: list[str], rounds: int, warmup: int = 2
+) -> dict[str, list[float]]:
+    """Seconds of each ``await retriever.ainvoke(query)``, by round, the order rotating."""
+    names = list(retrievers)
+    for index in range(warmup):
+        for name in names:
+            await retrievers[name].ainvoke(queries[index])
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            await retrievers[name].ainvoke(queries[warmup + index])
+            samples[name].append(time.perf_counter() - start)
+    return samples
+
+
+async def time_store(store: Any, queries: list[str], rounds: int) -> dict[str, list[float]]:
+    chunks = PGVectorChunks.from_store(store)
+    retrievers = {
+        "plain k=12": store.as_retriever(search_kwargs={"k": 12}),
+        "SCAR plain (budget=None, k=4)": SCARRetriever(vectorstore=store, budget=None, k=4),
+        "plain k=10": store.as_retriever(search_kwargs={"k": 10}),
+        "SCAR budget=10": SCARRetriever(vectorstore=store),
+        "SCAR budget=10 + search_source=PGVectorChunks": SCARRetriever(
+            vectorstore=store, search_source=chunks
+        ),
+    }
+    try:
+        return await interleaved_async_samples(retrievers, queries, rounds)
+    finally:
+        await chunks.aclose()
+        chunks.close()
+
+
+def rows_for(label: str, samples: dict[str, list[float]]) -> list[list[object]]:
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    rows: list[list[object]] = []
+    for scar, plain in PAIRS:
+        low, high = ratio_interval(samples[scar], samples[plain])
+        rows.append(
+            [
+                label,
+                scar,
+                f"{medians[plain] * 1e3:.2f}",
+                f"{medians[scar] * 1e3:.2f}",
+                f"{(medians[scar] - medians[plain]) * 1e3:+.2f}",
+                f"{medians[scar] / medians[plain]:.3f}x",
+                f"{low:.3f}-{high:.3f}x",
+            ]
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--dimension", type=int, default=384)
+    parser.add_argument("--rounds", type=int, default=300, help="queries per contender")
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)
+    from langchain_postgres import PGVectorStore
+
+    machine = machine_summary()
+    print(machine, flush=True)
+    table: list[list[object]] = []
+    with pgvector_server() as server:
+        for size in args.sizes:
+            corpus = make_corpus(
+                size, args.dimension, text_chars=TEXT_CHARS, text_overlap=TEXT_OVERLAP
+            )
+            vectors = make_queries(corpus, args.rounds + 2)
+            texts = [f"query {i}" for i in range(len(vectors))]
+            by_text = {t: v.tolist() for t, v in zip(texts, vectors, strict=True)}
+            embeddings = CorpusEmbeddings(corpus, by_text, rows_as_lists=False)
+            name = f"async_{size}_{args.dimension}"
+            engine, _ = load_langchain_table(server, corpus, name)
+            built = create_hnsw_index(server.get_uri(), name)
+            print(f"{size:,} rows, HNSW built in {built:.0f}s", flush=True)
+            store = PGVectorStore.create_sync(engine, embeddings, name)
+            samples = asyncio.run(time_store(store, texts, args.rounds))
+            label = f"{size // 1000}k, d={args.dimension}, pgvector hnsw"
+            table += rows_for(label, samples)
+            print({k: round(statistics.median(v) * 1e3, 2) for k, v in samples.items()})
+            assert embeddings.texts_embedded == 0, "SCAR embedded chunks at query time"
+    header = [
+        "setup",
+        "SCAR",
+        "plain ms (median)",
+        "SCAR ms (median)",
+        "added ms",
+        "SCAR / plain",
+        "95% interval",
+    ]
+    text = (
+        "# Async end-to-end latency (benchmark 7)\n\n"
+        f"{machine}\n\n"
+        "Median wall time of `await retriever.ainvoke(query)`, query embedding excluded, "
+        f"{args.rounds} rounds.\n\n" + markdown_table(header, table) + "\n"
+    )
+    path = write_result("async_latency.md", text)
+    print(text)
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
