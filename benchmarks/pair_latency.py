@@ -1,0 +1,139 @@
+"""Benchmark 8: SCAR against the plain retriever alone, on queries no other contender has run.
+
+Benchmark 1 times six LangChain contenders in turn on the same query, so a SCAR contender often
+runs after another one that has just read much of the same neighbourhood into PostgreSQL's
+buffers. Here each SCAR retriever is timed beside its plain retriever only, and every repeat
+uses a fresh set of queries, so SCAR reads each query's neighbourhood cold, as it would in
+service. pgvector behind HNSW, SCAR on its default sources, query embedding excluded. Each ratio
+comes with a paired bootstrap 95 % interval; the pooled row joins every repeat's rounds.
+
+Run from the repository root with the ``dev`` extra installed::
+
+    python benchmarks/pair_latency.py --sizes 10000 100000 --rounds 250 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from bench_langchain import CorpusEmbeddings, load_langchain_table
+from bench_postgres import create_hnsw_index, pgvector_server
+from bench_support import (
+    TEXT_CHARS,
+    TEXT_OVERLAP,
+    interleaved_samples,
+    machine_summary,
+    make_corpus,
+    make_queries,
+    markdown_table,
+    ratio_interval,
+    write_result,
+)
+
+from scar_langchain import SCARRetriever
+
+#: SCAR's two modes and the plain retriever that returns as many chunks.
+PAIRS = {
+    "budget mode (budget=10) / plain k=10": ({}, 10),
+    "plain mode (budget=None, k=4) / plain k=12": ({"budget": None, "k": 4}, 12),
+}
+
+
+def ratio_cells(scar: list[float], plain: list[float]) -> tuple[float, str]:
+    low, high = ratio_interval(scar, plain)
+    return statistics.median(scar) / statistics.median(plain), f"{low:.3f}-{high:.3f}x"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--dimension", type=int, default=384)
+    parser.add_argument("--rounds", type=int, default=250, help="queries per repeat")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh query sets per pair")
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)
+    from langchain_postgres import PGVectorStore
+
+    machine = machine_summary()
+    print(machine, flush=True)
+    table: list[list[object]] = []
+    with pgvector_server() as server:
+        for size in args.sizes:
+            corpus = make_corpus(
+                size, args.dimension, text_chars=TEXT_CHARS, text_overlap=TEXT_OVERLAP
+            )
+            query_sets: list[list[str]] = []
+            vectors_by_text: dict[str, list[float]] = {}
+            for index in range(args.repeats * len(PAIRS)):
+                vectors = make_queries(corpus, args.rounds + 2, seed=100 + index)
+                texts = [f"set {index} query {i}" for i in range(len(vectors))]
+                query_sets.append(texts)
+                vectors_by_text.update({t: v.tolist() for t, v in zip(texts, vectors, strict=True)})
+            embeddings = CorpusEmbeddings(corpus, vectors_by_text, rows_as_lists=False)
+            name = f"pairs_{size}_{args.dimension}"
+            engine, _ = load_langchain_table(server, corpus, name)
+            built = create_hnsw_index(server.get_uri(), name)
+            print(f"{size:,} rows, HNSW built in {built:.0f}s", flush=True)
+            store = PGVectorStore.create_sync(engine, embeddings, name)
+            label = f"{size // 1000}k, d={args.dimension}, pgvector hnsw"
+            sets = iter(query_sets)
+            pooled: dict[str, tuple[list[float], list[float]]] = {pair: ([], []) for pair in PAIRS}
+            ratios: dict[str, list[float]] = {pair: [] for pair in PAIRS}
+            for _ in range(args.repeats):
+                for pair, (settings, plain_k) in PAIRS.items():
+                    queries = next(sets)
+                    scar: Any = SCARRetriever(vectorstore=store, **settings)
+                    plain: Any = store.as_retriever(search_kwargs={"k": plain_k})
+                    contenders: dict[str, Callable[[int], object]] = {
+                        "plain": lambda i, r=plain, q=queries: r.invoke(q[i]),
+                        "scar": lambda i, r=scar, q=queries: r.invoke(q[i]),
+                    }
+                    samples = interleaved_samples(contenders, args.rounds)
+                    ratio, interval = ratio_cells(samples["scar"], samples["plain"])
+                    ratios[pair].append(ratio)
+                    pooled[pair][0].extend(samples["scar"])
+                    pooled[pair][1].extend(samples["plain"])
+                    print(f"  {pair}: {ratio:.3f}x ({interval})", flush=True)
+            for pair in PAIRS:
+                scar_all, plain_all = pooled[pair]
+                ratio, interval = ratio_cells(scar_all, plain_all)
+                table.append(
+                    [
+                        label,
+                        pair,
+                        " / ".join(f"{r:.3f}x" for r in ratios[pair]),
+                        f"{statistics.median(plain_all) * 1e3:.2f}",
+                        f"{statistics.median(scar_all) * 1e3:.2f}",
+                        f"{ratio:.3f}x",
+                        interval,
+                    ]
+                )
+            assert embeddings.texts_embedded == 0, "SCAR embedded chunks at query time"
+    header = [
+        "setup",
+        "SCAR / plain",
+        "each repeat",
+        "plain ms (pooled median)",
+        "SCAR ms (pooled median)",
+        "pooled ratio",
+        "95% interval",
+    ]
+    text = (
+        "# SCAR beside the plain retriever alone, on fresh queries (benchmark 8)\n\n"
+        f"{machine}\n\n"
+        f"{args.repeats} repeats of {args.rounds} rounds per pair, each on its own query set; "
+        "SCAR on its default sources. Target: SCAR <= 1.10x plain.\n\n"
+        + markdown_table(header, table)
+        + "\n"
+    )
+    path = write_result("pair_latency.md", text)
+    print(text)
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
