@@ -137,8 +137,9 @@ class SCARRetriever(BaseRetriever):
         vectorstore: VectorStore
             The store to search; neighbours are fetched with its ``get_by_ids``. A
             langchain-postgres ``PGVectorStore``'s table is read directly instead (vectors in
-            binary, one statement per batch), the sync reads on a pool of SCAR's own opened with
-            the store's connection settings (``scar_langchain.pgvector.default_store_chunks``).
+            binary, one statement per batch) on a sync pool of SCAR's own opened with the
+            store's connection settings; async calls run those reads in the event loop's
+            default executor (``scar_langchain.pgvector.default_store_chunks``).
         base_retriever: BaseRetriever
             Any retriever, instead of ``vectorstore``; needs ``docstore`` and ``embeddings``.
         docstore: BaseStore[str, Document]
