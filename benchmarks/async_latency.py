@@ -22,14 +22,13 @@ import statistics
 import time
 from typing import Any
 
-from bench_langchain import CorpusEmbeddings, load_langchain_table
-from bench_postgres import create_hnsw_index, pgvector_server
+from bench_langchain import hnsw_store, query_set
+from bench_postgres import pgvector_server
 from bench_support import (
     TEXT_CHARS,
     TEXT_OVERLAP,
     machine_summary,
     make_corpus,
-    make_queries,
     markdown_table,
     ratio_interval,
     write_result,
@@ -107,7 +106,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=300, help="queries per contender")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
-    from langchain_postgres import PGVectorStore
 
     machine = machine_summary()
     print(machine, flush=True)
@@ -117,16 +115,10 @@ def main() -> None:
             corpus = make_corpus(
                 size, args.dimension, text_chars=TEXT_CHARS, text_overlap=TEXT_OVERLAP
             )
-            vectors = make_queries(corpus, args.rounds + 2)
-            texts = [f"query {i}" for i in range(len(vectors))]
-            by_text = {t: v.tolist() for t, v in zip(texts, vectors, strict=True)}
-            embeddings = CorpusEmbeddings(corpus, by_text, rows_as_lists=False)
+            queries = query_set(corpus, args.rounds + 2, "query")
             name = f"async_{size}_{args.dimension}"
-            engine, _ = load_langchain_table(server, corpus, name)
-            built = create_hnsw_index(server.get_uri(), name)
-            print(f"{size:,} rows, HNSW built in {built:.0f}s", flush=True)
-            store = PGVectorStore.create_sync(engine, embeddings, name)
-            samples = asyncio.run(time_store(store, texts, args.rounds))
+            store, embeddings = hnsw_store(server, corpus, name, queries)
+            samples = asyncio.run(time_store(store, list(queries), args.rounds))
             label = f"{size // 1000}k, d={args.dimension}, pgvector hnsw"
             table += rows_for(label, samples)
             print({k: round(statistics.median(v) * 1e3, 2) for k, v in samples.items()})

@@ -6,8 +6,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from bench_postgres import copy_rows
-from bench_support import Corpus, chunk_metadata
+from bench_postgres import copy_rows, create_hnsw_index
+from bench_support import Corpus, chunk_metadata, make_queries
 from langchain_core.embeddings import Embeddings
 
 
@@ -74,3 +74,25 @@ def load_langchain_table(server: Any, corpus: Corpus, table: str) -> tuple[Any, 
         rows,
     )
     return engine, seconds
+
+
+def query_set(corpus: Corpus, count: int, name: str, seed: int = 1) -> dict[str, list[float]]:
+    """``count`` queries near the corpus's chunks, each under a text ``"<name> <i>"``, in order."""
+    vectors = make_queries(corpus, count, seed=seed)
+    return {f"{name} {i}": vector.tolist() for i, vector in enumerate(vectors)}
+
+
+def hnsw_store(
+    server: Any, corpus: Corpus, table: str, queries: dict[str, list[float]]
+) -> tuple[Any, CorpusEmbeddings]:
+    """A ``PGVectorStore`` over ``table``, loaded with the corpus, behind an HNSW index.
+
+    Its embeddings model answers ``queries`` (text -> vector) and counts chunk embeddings.
+    """
+    from langchain_postgres import PGVectorStore
+
+    embeddings = CorpusEmbeddings(corpus, queries, rows_as_lists=False)
+    engine, _ = load_langchain_table(server, corpus, table)
+    built = create_hnsw_index(server.get_uri(), table)
+    print(f"{corpus.size:,} rows in {table}, HNSW built in {built:.0f}s", flush=True)
+    return PGVectorStore.create_sync(engine, embeddings, table), embeddings

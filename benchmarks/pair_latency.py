@@ -20,15 +20,14 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from bench_langchain import CorpusEmbeddings, load_langchain_table
-from bench_postgres import create_hnsw_index, pgvector_server
+from bench_langchain import hnsw_store, query_set
+from bench_postgres import pgvector_server
 from bench_support import (
     TEXT_CHARS,
     TEXT_OVERLAP,
     interleaved_samples,
     machine_summary,
     make_corpus,
-    make_queries,
     markdown_table,
     ratio_interval,
     write_result,
@@ -56,7 +55,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="fresh query sets per pair")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
-    from langchain_postgres import PGVectorStore
 
     machine = machine_summary()
     print(machine, flush=True)
@@ -66,26 +64,23 @@ def main() -> None:
             corpus = make_corpus(
                 size, args.dimension, text_chars=TEXT_CHARS, text_overlap=TEXT_OVERLAP
             )
-            query_sets: list[list[str]] = []
-            vectors_by_text: dict[str, list[float]] = {}
-            for index in range(args.repeats * len(PAIRS)):
-                vectors = make_queries(corpus, args.rounds + 2, seed=100 + index)
-                texts = [f"set {index} query {i}" for i in range(len(vectors))]
-                query_sets.append(texts)
-                vectors_by_text.update({t: v.tolist() for t, v in zip(texts, vectors, strict=True)})
-            embeddings = CorpusEmbeddings(corpus, vectors_by_text, rows_as_lists=False)
-            name = f"pairs_{size}_{args.dimension}"
-            engine, _ = load_langchain_table(server, corpus, name)
-            built = create_hnsw_index(server.get_uri(), name)
-            print(f"{size:,} rows, HNSW built in {built:.0f}s", flush=True)
-            store = PGVectorStore.create_sync(engine, embeddings, name)
+            query_sets = [
+                query_set(corpus, args.rounds + 2, f"set {index}", seed=100 + index)
+                for index in range(args.repeats * len(PAIRS))
+            ]
+            store, embeddings = hnsw_store(
+                server,
+                corpus,
+                f"pairs_{size}_{args.dimension}",
+                {text: vector for queries in query_sets for text, vector in queries.items()},
+            )
             label = f"{size // 1000}k, d={args.dimension}, pgvector hnsw"
             sets = iter(query_sets)
             pooled: dict[str, tuple[list[float], list[float]]] = {pair: ([], []) for pair in PAIRS}
             ratios: dict[str, list[float]] = {pair: [] for pair in PAIRS}
             for _ in range(args.repeats):
                 for pair, (settings, plain_k) in PAIRS.items():
-                    queries = next(sets)
+                    queries = list(next(sets))
                     scar: Any = SCARRetriever(vectorstore=store, **settings)
                     plain: Any = store.as_retriever(search_kwargs={"k": plain_k})
                     contenders: dict[str, Callable[[int], object]] = {
