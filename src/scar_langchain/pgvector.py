@@ -802,8 +802,8 @@ class _StoreSettingsPools:
             own.engine.dispose()
 
     async def aclose(self) -> None:
-        """Close the idle connections of SCAR's own pool; the store's pool stays the store's."""
-        self.close()
+        """Async form of :meth:`close`, off the event loop (the store's pool stays the store's)."""
+        await asyncio.to_thread(self.close)
 
 
 def _own_rows(
