@@ -194,9 +194,7 @@ def default_store_chunks(vectorstore: object) -> PGVectorChunks | None:
     except InvalidSettingsError as error:
         logger.debug("reading the PGVectorStore through its public API: %s", error)
         return None
-    chunks = PGVectorChunks.__new__(PGVectorChunks)
-    chunks._start(table, connections)
-    return chunks
+    return PGVectorChunks._on(table, connections)
 
 
 def runs_hybrid_search(vectorstore: object) -> bool:
@@ -872,6 +870,13 @@ class PGVectorChunks:
         table = table if isinstance(table, PGVectorTable) else PGVectorTable(table)
         self._start(table, _OwnPools(connection, async_connection))
 
+    @classmethod
+    def _on(cls, table: PGVectorTable, connections: _Connections) -> PGVectorChunks:
+        """A reader of ``table`` whose statements run on ``connections``."""
+        chunks = cls.__new__(cls)
+        chunks._start(table, connections)
+        return chunks
+
     def _start(self, table: PGVectorTable, connections: _Connections) -> None:
         self.table = table
         self._connections = connections
@@ -927,9 +932,7 @@ class PGVectorChunks:
                     "share_store_pool=True reads on the store's pool; drop connection= and "
                     "async_connection=, or share_store_pool."
                 )
-            chunks = cls.__new__(cls)
-            chunks._start(table, _StorePool(vectorstore))
-            return chunks
+            return cls._on(table, _StorePool(vectorstore))
         if connection is None:
             store_url = _store_internals(vectorstore).engine.url
             connection = _sync_url(store_url)
