@@ -27,10 +27,10 @@ from bench_postgres import pgvector_server
 from bench_support import (
     TEXT_CHARS,
     TEXT_OVERLAP,
+    interval_cell,
     machine_summary,
     make_corpus,
     markdown_table,
-    ratio_interval,
     write_result,
 )
 
@@ -84,7 +84,6 @@ def rows_for(label: str, samples: dict[str, list[float]]) -> list[list[object]]:
     medians = {name: statistics.median(values) for name, values in samples.items()}
     rows: list[list[object]] = []
     for scar, plain in PAIRS:
-        low, high = ratio_interval(samples[scar], samples[plain])
         rows.append(
             [
                 label,
@@ -93,7 +92,7 @@ def rows_for(label: str, samples: dict[str, list[float]]) -> list[list[object]]:
                 f"{medians[scar] * 1e3:.2f}",
                 f"{(medians[scar] - medians[plain]) * 1e3:+.2f}",
                 f"{medians[scar] / medians[plain]:.3f}x",
-                f"{low:.3f}-{high:.3f}x",
+                interval_cell(samples[scar], samples[plain]),
             ]
         )
     return rows

@@ -280,6 +280,12 @@ def ratio_interval(
     return float(low), float(high)
 
 
+def interval_cell(numerator: Sequence[float], denominator: Sequence[float]) -> str:
+    """:func:`ratio_interval` as a table cell, ``"1.053-1.092x"``."""
+    low, high = ratio_interval(numerator, denominator)
+    return f"{low:.3f}-{high:.3f}x"
+
+
 def interleaved_samples(
     callables: dict[str, Callable[[int], object]],
     rounds: int,

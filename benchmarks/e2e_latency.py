@@ -60,11 +60,11 @@ from bench_support import (
     chunk_metadata,
     interleaved_medians,
     interleaved_samples,
+    interval_cell,
     machine_summary,
     make_corpus,
     make_queries,
     markdown_table,
-    ratio_interval,
     write_result,
 )
 from langchain_core.documents import Document
@@ -160,7 +160,7 @@ def langchain_rows(
                     f"{medians[scar] * 1e3:.2f}",
                     f"{(medians[scar] - medians[plain]) * 1e3:+.2f}",
                     ratio_cell(medians[scar] / medians[plain]),
-                    "{:.3f}-{:.3f}x".format(*ratio_interval(samples[scar], samples[plain])),
+                    interval_cell(samples[scar], samples[plain]),
                     f"{statements[plain]:.1f} / {statements[scar]:.1f}" if statements else "-",
                 ]
             )

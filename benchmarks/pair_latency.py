@@ -26,10 +26,10 @@ from bench_support import (
     TEXT_CHARS,
     TEXT_OVERLAP,
     interleaved_samples,
+    interval_cell,
     machine_summary,
     make_corpus,
     markdown_table,
-    ratio_interval,
     write_result,
 )
 
@@ -43,8 +43,7 @@ PAIRS = {
 
 
 def ratio_cells(scar: list[float], plain: list[float]) -> tuple[float, str]:
-    low, high = ratio_interval(scar, plain)
-    return statistics.median(scar) / statistics.median(plain), f"{low:.3f}-{high:.3f}x"
+    return statistics.median(scar) / statistics.median(plain), interval_cell(scar, plain)
 
 
 def main() -> None:
