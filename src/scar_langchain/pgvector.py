@@ -40,6 +40,7 @@ from langchain_core.documents import Document
 from scar_core._async_engines import AsyncEnginePerLoop
 from scar_core._lazy import LazyValues, isinstance_if_loaded
 from scar_core._sql_reads import (
+    DriverPool,
     Row,
     Settings,
     SQLReads,
@@ -650,7 +651,7 @@ class _ConnectionSettings:
         )
 
     def connect(self) -> Any:
-        """Open a sync psycopg connection with these settings (a SQLAlchemy pool's creator).
+        """Open a sync psycopg connection with these settings (for SCAR's own pool).
 
         Raises:
             _ConnectError: If the server cannot be reached or refuses the connection.
@@ -677,16 +678,21 @@ async def _read_connection_settings(pool: AsyncEngine) -> _ConnectionSettings | 
 
 
 class _SettingsCopyPool:
-    """A sync connection pool of SCAR's own, opening connections with a store's settings."""
+    """A sync connection pool of SCAR's own, opening connections with a store's settings.
+
+    Attributes:
+        settings: How its connections are opened.
+        pool: The connections (a :class:`~scar_core._sql_reads.DriverPool`).
+        reads: Runs statements on them (a SQLAlchemy engine that never connects compiles them).
+        usable: Cleared when a connection fails to open: the store's pool serves from then on.
+    """
 
     def __init__(self, settings: _ConnectionSettings) -> None:
         import sqlalchemy
 
-        self.engine: Engine = sqlalchemy.create_engine(
-            "postgresql+psycopg://", creator=settings.connect
-        )
-        self.reads = SQLReads(self.engine)
-        #: Cleared when a connection fails to open: the store's pool serves from then on.
+        self.settings = settings
+        self.pool = DriverPool(settings.connect)
+        self.reads = SQLReads(sqlalchemy.create_engine("postgresql+psycopg://"), self.pool)
         self.usable = True
 
 
@@ -720,7 +726,7 @@ def _register_pool(
             return _SETTINGS_COPY_POOLS[key]
         _SETTINGS_COPY_POOLS[key] = made
     if made is not None:
-        weakref.finalize(key, made.engine.dispose)
+        weakref.finalize(key, made.pool.dispose)
     return made
 
 
@@ -797,7 +803,7 @@ class _StoreSettingsPools:
         """Close the idle connections of SCAR's own pool (it reopens them if used again)."""
         own = _registered_pool(self._store)
         if isinstance(own, _SettingsCopyPool):
-            own.engine.dispose()
+            own.pool.dispose()
 
     async def aclose(self) -> None:
         """Async form of :meth:`close`, off the event loop (the store's pool stays the store's)."""
@@ -823,7 +829,7 @@ def _own_rows(
                 "hand-over per statement",
                 error,
             )
-        own.engine.dispose()
+        own.pool.dispose()
         return None
 
 

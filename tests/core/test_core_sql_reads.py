@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from scar_core._sql_reads import (
     PGVECTOR_HEADER_BYTES,
+    DriverPool,
     SQLReads,
     VectorParameter,
     decode_pgvector_binary,
@@ -146,3 +147,18 @@ def test_a_query_vector_goes_as_text_through_sqlalchemy() -> None:
     rows = reads.rows(sqlalchemy.text("SELECT :query"), {"query": VectorParameter(values)})
     assert rows == [("[0.5,-1.25,3.0]",)]
     engine.dispose()
+
+
+def test_driver_pool_gives_back_the_slot_of_a_connection_that_failed_to_open() -> None:
+    attempts = []
+
+    def refuse() -> object:
+        attempts.append(1)
+        raise OSError("connection refused")
+
+    pool = DriverPool(refuse, open_limit=1, timeout=0.01)
+    for _ in range(3):  # each failure frees its slot, so none waits for the timeout
+        with pytest.raises(OSError, match="refused"):
+            pool.checkout()
+    assert len(attempts) == 3
+    assert pool.idle_count() == 0

@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scar_core._sql_reads import SQLReads, VectorParameter, decode_pgvector_binary
+from scar_core._sql_reads import (
+    DriverPool,
+    DriverPoolExhaustedError,
+    SQLReads,
+    VectorParameter,
+    decode_pgvector_binary,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -358,3 +364,108 @@ def test_binary_rows_read_as_text_rows_for_every_type_let_through(postgres: Any)
     assert len(as_text) == 3 * len(SAMPLE_OF_TYPE)
     assert tuple(as_binary) == tuple(as_text)
     assert tuple(as_binary_async) == tuple(as_text)
+
+
+# -- a pool of the reader's own (DriverPool) -------------------------------------------------
+
+
+def own_pool(postgres: Any, **limits: Any) -> DriverPool:
+    psycopg = pytest.importorskip("psycopg")
+    return DriverPool(lambda: psycopg.connect(postgres.handle.get_uri()), **limits)
+
+
+def own_reads(pool: DriverPool) -> SQLReads:
+    """Reads on ``pool``; the engine only compiles (it has no server to connect to)."""
+    return SQLReads(sqlalchemy.create_engine("postgresql+psycopg://"), pool)
+
+
+def backend_pid(reads: SQLReads) -> int:
+    return int(reads.rows(sqlalchemy.text("SELECT pg_backend_pid()"), {})[0][0])
+
+
+def test_own_pool_rows_equal_sqlalchemy_on_one_reused_connection(
+    postgres: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_text(parameter: VectorParameter) -> str:
+        raise AssertionError("the own pool should send the query vector in binary form")
+
+    monkeypatch.setattr(VectorParameter, "text", no_text)
+    engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    pool = own_pool(postgres)
+    reads = own_reads(pool)
+    statement = sqlalchemy.text(STATEMENT)
+    expected = through_sqlalchemy(engine, statement)
+    engine.dispose()
+    pids = set()
+    for _ in range(7):  # psycopg prepares a statement on its sixth run
+        assert [tuple(row) for row in reads.rows(statement, PARAMETERS)] == expected
+        vector_rows = reads.rows(
+            sqlalchemy.text(VECTOR_STATEMENT),
+            {"query": VectorParameter(QUERY), "k": 7},
+            binary=True,
+        )
+        assert_vector_read_back(vector_rows)
+        pids.add(backend_pid(reads))
+    assert len(pids) == 1, "one connection served every read in turn"
+    assert pool.idle_count() == 1
+    pool.dispose()
+    assert pool.idle_count() == 0
+    assert backend_pid(reads) not in pids, "a disposed pool opens a new connection when used"
+    pool.dispose()
+
+
+def test_own_pool_settings_hold_for_the_statement_alone(postgres: Any) -> None:
+    pool = own_pool(postgres)
+    reads = own_reads(pool)
+    statement = sqlalchemy.text(SHOW_SETTINGS)
+    before = [tuple(row) for row in reads.rows(statement, {"k": 1})]
+    assert before[0][:2] != ("7MB", "12345ms")
+    for _ in range(2):
+        assert tuple(reads.rows(statement, {"k": 1}, SETTINGS)[0]) == ("7MB", "12345ms", 1)
+        assert [tuple(row) for row in reads.rows(statement, {"k": 1})] == before
+    with pytest.raises(Exception, match="invalid input syntax"):
+        reads.rows(sqlalchemy.text("SELECT CAST(:value AS integer)"), {"value": "x"}, SETTINGS)
+    assert [tuple(row) for row in reads.rows(statement, {"k": 1})] == before
+    pooled = pool.checkout()
+    try:
+        assert pooled.connection.autocommit is True, "back in autocommit after each read"
+    finally:
+        pool.checkin(pooled)
+    pool.dispose()
+
+
+def test_own_pool_keeps_a_connection_after_a_failing_statement_but_drops_a_killed_one(
+    postgres: Any,
+) -> None:
+    pool = own_pool(postgres)
+    reads = own_reads(pool)
+    pid = backend_pid(reads)
+    with pytest.raises(Exception, match="not a number"):
+        reads.rows(sqlalchemy.text("SELECT CAST(:value AS integer)"), {"value": "not a number"})
+    assert backend_pid(reads) == pid, "an error in autocommit leaves the connection usable"
+    killer = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    with killer.connect() as connection:
+        connection.execute(sqlalchemy.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    killer.dispose()
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the driver's own disconnect error
+        reads.rows(sqlalchemy.text("SELECT 1"), {})
+    assert pool.idle_count() == 0, "the broken connection was closed, not kept"
+    assert backend_pid(reads) != pid
+    pool.dispose()
+
+
+def test_own_pool_limits_connections_out_and_kept(postgres: Any) -> None:
+    pool = own_pool(postgres, idle_limit=1, open_limit=2, timeout=0.05)
+    first, second = pool.checkout(), pool.checkout()
+    with pytest.raises(DriverPoolExhaustedError, match="all 2 connections"):
+        pool.checkout()
+    pool.checkin(first)
+    pool.checkin(second)
+    assert pool.idle_count() == 1
+    assert second.connection.closed, "beyond idle_limit a returned connection is closed"
+    assert not first.connection.closed
+    again = pool.checkout()
+    assert again is first
+    pool.checkin(again)
+    pool.dispose()
+    assert first.connection.closed
