@@ -54,6 +54,7 @@ __all__ = [
     "DriverPoolExhaustedError",
     "SQLReads",
     "Settings",
+    "StringArrayParameter",
     "VectorParameter",
     "decode_pgvector_binary",
     "statements_watched",
@@ -108,11 +109,36 @@ class VectorParameter:
         return "[" + ",".join(map(repr, self.values.tolist())) + "]"
 
 
+@dataclass(frozen=True, eq=False)
+class StringArrayParameter:
+    """Strings bound as one array parameter, as in ``= ANY(CAST(:ids AS uuid[]))``.
+
+    The statement must cast the parameter to an array type. On psycopg 3's direct path it
+    travels as one array literal, typed by that cast: psycopg's own list adaptation dumps each
+    element in Python, which took about a tenth of a millisecond for a query's 27 neighbour ids
+    amid real queries on the benchmark machine. Everywhere else it is bound as a list.
+
+    Attributes:
+        values: The strings.
+    """
+
+    values: tuple[str, ...]
+
+    def literal(self) -> str:
+        r"""PostgreSQL's array literal, every element quoted: ``{"a","b \"c\""}``."""
+        quoted = (value.replace("\\", "\\\\").replace('"', '\\"') for value in self.values)
+        return "{" + ",".join(f'"{value}"' for value in quoted) + "}"
+
+
 def _as_text(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        name: value.text() if isinstance(value, VectorParameter) else value
-        for name, value in parameters.items()
-    }
+    bound: dict[str, Any] = {}
+    for name, value in parameters.items():
+        if isinstance(value, VectorParameter):
+            value = value.text()
+        elif isinstance(value, StringArrayParameter):
+            value = list(value.values)
+        bound[name] = value
+    return bound
 
 
 @functools.cache
@@ -131,9 +157,29 @@ def _binary_dumper() -> type:
     return _VectorBinaryDumper
 
 
+@functools.cache
+def _array_literal_dumper() -> type:
+    """The psycopg 3 dumper for :class:`StringArrayParameter` (made once, on first use)."""
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    class _StringArrayLiteralDumper(Dumper):
+        format = Format.TEXT
+        oid = 0  # no type: the statement's CAST names the array type
+
+        def dump(self, obj: Any) -> bytes:
+            return obj.literal().encode()  # type: ignore[no-any-return]
+
+    return _StringArrayLiteralDumper
+
+
 def _with_binary_vectors(cursor: Any) -> Any:
-    """Let a psycopg 3 cursor send :class:`VectorParameter` values in binary form."""
+    """Let a psycopg 3 cursor send :class:`VectorParameter` values in binary form.
+
+    It also sends each :class:`StringArrayParameter` as one array literal.
+    """
     cursor.adapters.register_dumper(VectorParameter, _binary_dumper())
+    cursor.adapters.register_dumper(StringArrayParameter, _array_literal_dumper())
     return cursor
 
 

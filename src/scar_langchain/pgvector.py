@@ -44,6 +44,7 @@ from scar_core._sql_reads import (
     Row,
     Settings,
     SQLReads,
+    StringArrayParameter,
     VectorParameter,
     decode_pgvector_binary,
     statements_watched,
@@ -1182,7 +1183,9 @@ class PGVectorChunks:
         if not requested:
             return {}, {}
         rows = self._connections.rows(
-            self._select(with_documents), {"ids": list(requested)}, binary=self._binary_rows()
+            self._select(with_documents),
+            {"ids": StringArrayParameter(tuple(requested))},
+            binary=self._binary_rows(),
         )
         return self._collect(requested, rows, with_documents)
 
@@ -1247,7 +1250,9 @@ class PGVectorChunks:
         if not requested:
             return {}, {}
         rows = await self._connections.arows(
-            self._select(with_documents), {"ids": list(requested)}, binary=self._binary_rows()
+            self._select(with_documents),
+            {"ids": StringArrayParameter(tuple(requested))},
+            binary=self._binary_rows(),
         )
         return self._collect(requested, rows, with_documents)
 

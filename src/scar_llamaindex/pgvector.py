@@ -31,7 +31,7 @@ from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
 from scar_core._async_engines import AsyncEnginePerLoop
 from scar_core._lazy import isinstance_if_loaded
-from scar_core._sql_reads import SQLReads, decode_pgvector_binary
+from scar_core._sql_reads import SQLReads, StringArrayParameter, decode_pgvector_binary
 from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_llamaindex.sources import FetchedNodes, FetchedWindow
 
@@ -562,7 +562,9 @@ LEFT JOIN LATERAL (
         ids = self._ids(node_ids, vector_ids)
         if not ids:
             return FetchedNodes()
-        rows = self._sync_reads().rows(self._select(), {"ids": ids}, binary=True)
+        rows = self._sync_reads().rows(
+            self._select(), {"ids": StringArrayParameter(tuple(ids))}, binary=True
+        )
         return self._collect(node_ids, rows)
 
     async def afetch(self, node_ids: Sequence[str], vector_ids: Sequence[str]) -> FetchedNodes:
@@ -571,7 +573,10 @@ LEFT JOIN LATERAL (
         if not ids:
             return FetchedNodes()
         rows = await self._async_reads.arows(
-            self._async.current(), self._select(), {"ids": ids}, binary=True
+            self._async.current(),
+            self._select(),
+            {"ids": StringArrayParameter(tuple(ids))},
+            binary=True,
         )
         return self._collect(node_ids, rows)
 

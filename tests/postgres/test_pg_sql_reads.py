@@ -8,11 +8,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scar_core._sql_reads import (
     DriverPool,
     DriverPoolExhaustedError,
     SQLReads,
+    StringArrayParameter,
     VectorParameter,
     decode_pgvector_binary,
 )
@@ -469,3 +472,46 @@ def test_own_pool_limits_connections_out_and_kept(postgres: Any) -> None:
     pool.checkin(again)
     pool.dispose()
     assert first.connection.closed
+
+
+#: Any text PostgreSQL can store: no NUL, no lone surrogates.
+STORABLE_TEXT = st.text(
+    alphabet=st.characters(exclude_characters="\x00", exclude_categories=["Cs"])
+)
+
+
+@pytest.mark.parametrize("path", ["psycopg", "psycopg2", "own pool"])
+def test_a_string_array_parameter_reads_back_every_string(
+    postgres: Any, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quotes, backslashes, braces, commas, blanks, "NULL": one literal on psycopg 3, a list else."""
+    pytest.importorskip(path.split()[0] if path != "own pool" else "psycopg")
+    literals: list[str] = []
+    literal = StringArrayParameter.literal
+
+    def counted(parameter: StringArrayParameter) -> str:
+        literals.append(literal(parameter))
+        return literals[-1]
+
+    monkeypatch.setattr(StringArrayParameter, "literal", counted)
+    pool = own_pool(postgres) if path == "own pool" else None
+    engine = sqlalchemy.create_engine(postgres.uri(path if pool is None else "psycopg"))
+    reads = SQLReads(engine, pool)
+    statement = sqlalchemy.text("SELECT CAST(:ids AS text[])")
+
+    @settings(max_examples=60, deadline=None)
+    @given(values=st.lists(STORABLE_TEXT, max_size=6))
+    def reads_back(values: list[str]) -> None:
+        [row] = reads.rows(statement, {"ids": StringArrayParameter(tuple(values))})
+        assert list(row[0]) == values
+
+    try:
+        reads_back()
+        reads_back_edge = ["NULL", "", " a ", '"', "\\", "{,}", "é😀"]
+        [row] = reads.rows(statement, {"ids": StringArrayParameter(tuple(reads_back_edge))})
+        assert list(row[0]) == reads_back_edge
+    finally:
+        engine.dispose()
+        if pool is not None:
+            pool.dispose()
+    assert bool(literals) == (path != "psycopg2"), "psycopg 3 gets one literal, psycopg2 a list"
