@@ -17,7 +17,14 @@ from langchain_core.documents import Document
 from scar_core.errors import DataFormatError
 from scar_core.graph import chunk_id_for
 
-__all__ = ["DEFAULT_KEYS", "ChunkLinks", "ChunkMetadataKeys", "link_chunks", "read_links"]
+__all__ = [
+    "DEFAULT_KEYS",
+    "ChunkLinks",
+    "ChunkMetadataKeys",
+    "link_chunks",
+    "links_in_metadata",
+    "read_links",
+]
 
 
 @dataclass(frozen=True)
@@ -96,9 +103,24 @@ def read_links(document: Document, keys: ChunkMetadataKeys = DEFAULT_KEYS) -> Ch
     Returns:
         The chunk's links; fields the metadata does not supply are ``None``.
     """
-    metadata: Mapping[str, Any] = document.metadata or {}
+    return links_in_metadata(document.id, document.metadata or {}, keys)
+
+
+def links_in_metadata(
+    document_id: object, metadata: Mapping[str, Any], keys: ChunkMetadataKeys = DEFAULT_KEYS
+) -> ChunkLinks:
+    """:func:`read_links` for a chunk not made into a ``Document``: its id and metadata.
+
+    Args:
+        document_id: What would be ``Document.id`` (read first for the chunk id).
+        metadata: What would be ``Document.metadata``.
+        keys: Where the values live in ``metadata``.
+
+    Returns:
+        The chunk's links; fields the metadata does not supply are ``None``.
+    """
     return ChunkLinks(
-        _text_or_none(document.id) or _text_or_none(metadata.get(keys.chunk_id)),
+        _text_or_none(document_id) or _text_or_none(metadata.get(keys.chunk_id)),
         _text_or_none(metadata.get(keys.document_id)),
         _int_or_none(metadata.get(keys.position)),
         _text_or_none(metadata.get(keys.previous_id)),

@@ -50,6 +50,7 @@ from scar_core._sql_reads import (
     statements_watched,
 )
 from scar_core.errors import InvalidSettingsError, missing_dependency
+from scar_langchain._links import ChunkLinks, ChunkMetadataKeys, links_in_metadata
 from scar_langchain._neighbors import FetchedChunks, SearchHits
 
 if TYPE_CHECKING:
@@ -834,6 +835,38 @@ def _own_rows(
         return None
 
 
+class _RowDocuments(LazyValues[Document]):
+    """Fetched rows by chunk id: each ``Document`` made on first lookup, links read without one.
+
+    A query reads the links of about twice as many fetched chunks as it selects; the metadata
+    parsed for the links is kept for the ``Document``, if it is made.
+
+    Args:
+        reader: The source that read the rows.
+        rows: The rows, by the chunk id asked for.
+    """
+
+    def __init__(self, reader: PGVectorChunks, rows: Mapping[str, Sequence[Any]]) -> None:
+        super().__init__(rows, self._made_document)
+        self._reader = reader
+        self._rows = rows
+        self._metadata: dict[str, dict[str, Any]] = {}
+
+    def _metadata_of(self, chunk_id: str) -> dict[str, Any]:
+        metadata = self._metadata.get(chunk_id)
+        if metadata is None:
+            metadata = self._metadata[chunk_id] = self._reader._metadata(self._rows[chunk_id])
+        return metadata
+
+    def chunk_links(self, chunk_id: str, keys: ChunkMetadataKeys) -> ChunkLinks:
+        """The links of one chunk, from its metadata (see :meth:`KnownChunks.links_of`)."""
+        return links_in_metadata(chunk_id, self._metadata_of(chunk_id), keys)
+
+    def _made_document(self, chunk_id: str) -> Document:
+        metadata = self._metadata.pop(chunk_id, None)
+        return self._reader._document(chunk_id, self._rows[chunk_id], metadata)
+
+
 class PGVectorChunks:
     """Reads chunks and their stored vectors by id from a langchain-postgres table, in one query.
 
@@ -1136,13 +1169,20 @@ class PGVectorChunks:
         stored = _BINARY_DTYPE[layout.vector_type]
         return decode_pgvector_binary([row[1] for row in rows], stored, np.float64)
 
-    def _document(self, chunk_id: str, row: Sequence[Any]) -> Document:
+    def _metadata(self, row: Sequence[Any]) -> dict[str, Any]:
         # The JSON metadata arrives as text (see _document_outputs) and is parsed here, when the
-        # chunk is made: for a fetched neighbour, only if the query uses it.
+        # chunk is first looked at: for a fetched neighbour, only if the query uses it.
         json_metadata = json.loads(row[3]) if isinstance(row[3], str) else row[3]
         metadata: dict[str, Any] = dict(json_metadata) if isinstance(json_metadata, Mapping) else {}
         for offset, column in enumerate(self.table.metadata_columns):
             metadata[column] = row[4 + offset]
+        return metadata
+
+    def _document(
+        self, chunk_id: str, row: Sequence[Any], metadata: dict[str, Any] | None = None
+    ) -> Document:
+        if metadata is None:
+            metadata = self._metadata(row)
         return Document(id=chunk_id, page_content=str(row[2]), metadata=metadata)
 
     def _collect(
@@ -1159,10 +1199,7 @@ class PGVectorChunks:
                 vectors[chunk_id] = vector
             if with_documents:
                 rows_by_id[chunk_id] = row
-        documents = LazyValues(
-            rows_by_id, lambda chunk_id: self._document(chunk_id, rows_by_id[chunk_id])
-        )
-        return documents, vectors
+        return _RowDocuments(self, rows_by_id), vectors
 
     # -- sync ---------------------------------------------------------------------------------
 
