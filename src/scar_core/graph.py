@@ -45,7 +45,9 @@ def steps_for(direction: Direction) -> tuple[Step, ...]:
 
 #: Namespace of the UUID-5 chunk ids made by :func:`chunk_id_for`.
 CHUNK_ID_NAMESPACE = uuid.UUID("6f1c4c1e-5d0a-4d8e-9a57-2f0b1c7e9a11")
-_NAMESPACE_BYTES = CHUNK_ID_NAMESPACE.bytes
+_NAMESPACE_SHA1 = hashlib.sha1(CHUNK_ID_NAMESPACE.bytes)  # noqa: S324 - UUID-5 is SHA-1 naming
+#: The first hex digit of a UUID's eighth byte with the RFC 4122 variant bits (10) set.
+_RFC4122_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 @runtime_checkable
@@ -79,17 +81,16 @@ def chunk_id_for(document_id: str, position: int) -> str:
         raise LinkError(f"document_id={document_id!r} is not valid; it must be a non-empty string.")
     if not isinstance(position, int) or isinstance(position, bool) or position < 0:
         raise LinkError(f"position={position!r} is not valid; it must be an integer >= 0.")
-    # uuid.uuid5, spelled out: the same bytes, without building a UUID object (this runs for
-    # every predicted neighbour of every query).
-    digest = bytearray(
-        hashlib.sha1(  # noqa: S324 - UUID-5 is defined over SHA-1; this is naming, not security
-            _NAMESPACE_BYTES + f"{document_id}\x1f{position}".encode()
-        ).digest()[:16]
+    # uuid.uuid5, spelled out: the same text, without building a UUID object (this runs for
+    # every predicted neighbour of every query). SHA-1 of the namespace, then of the name; the
+    # version nibble becomes 5 and the variant bits 10.
+    digest = _NAMESPACE_SHA1.copy()
+    digest.update(f"{document_id}\x1f{position}".encode())
+    text = digest.hexdigest()
+    return (
+        f"{text[:8]}-{text[8:12]}-5{text[13:16]}-{_RFC4122_VARIANT[text[16]]}{text[17:20]}-"
+        f"{text[20:32]}"
     )
-    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
-    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
-    text = digest.hex()
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 @dataclass(frozen=True)
