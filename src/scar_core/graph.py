@@ -248,6 +248,10 @@ class NeighborGraph:
         target = pair[0] if direction == "previous" else pair[1]
         if target is None:
             return None
+        return self._followed(chunk_id, target, direction)
+
+    def _followed(self, chunk_id: str, target: str, direction: Step) -> str | None:
+        """``target``, the chunk ``chunk_id`` links to, unless the link crosses documents."""
         source_document = self._documents.get(chunk_id)
         target_document = self._documents.get(target)
         if (

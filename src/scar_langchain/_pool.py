@@ -131,13 +131,17 @@ class _LinksOnDemand(NeighborGraph):
 
     def step(self, chunk_id: str, direction: Step) -> str | None:
         """Return the chunk one step from ``chunk_id``, reading the links this needs first."""
-        self.links_of(chunk_id)
         pair = self._links.get(chunk_id)
-        if pair is not None:
-            target = pair[0] if direction == "previous" else pair[1]
-            if target is not None:
-                self.links_of(target)
-        return super().step(chunk_id, direction)
+        if pair is None:
+            if self.links_of(chunk_id) is None:
+                return None  # not a known chunk
+            pair = self._links[chunk_id]
+        target = pair[0] if direction == "previous" else pair[1]
+        if target is None:
+            return None
+        if target not in self._read:
+            self.links_of(target)
+        return self._followed(chunk_id, target, direction)
 
     def document_of(self, chunk_id: str) -> str | None:
         """Return the document id of a chunk, or ``None`` when it is unknown."""
