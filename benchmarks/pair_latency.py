@@ -52,6 +52,9 @@ def main() -> None:
     parser.add_argument("--dimension", type=int, default=384)
     parser.add_argument("--rounds", type=int, default=250, help="queries per repeat")
     parser.add_argument("--repeats", type=int, default=3, help="fresh query sets per pair")
+    parser.add_argument(
+        "--output", default="pair_latency.md", help="file name under benchmarks/results/"
+    )
     args = parser.parse_args()
     logging.disable(logging.WARNING)
 
@@ -124,7 +127,7 @@ def main() -> None:
         + markdown_table(header, table)
         + "\n"
     )
-    path = write_result("pair_latency.md", text)
+    path = write_result(args.output, text)
     print(text)
     print(f"written to {path}")
 
