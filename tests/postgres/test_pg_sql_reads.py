@@ -107,15 +107,20 @@ def test_a_failing_statement_leaves_the_pool_usable(engine: Any) -> None:
     assert reads.rows(sqlalchemy.text("SELECT :value"), {"value": 5})[0][0] in (5, "5")
 
 
-def test_a_connection_killed_under_it_is_dropped_from_the_pool(engine: Any, postgres: Any) -> None:
-    reads = SQLReads(engine)
-    pid = reads.rows(sqlalchemy.text("SELECT pg_backend_pid()"), {})[0][0]
+def fail_a_read_after_killing(reads: SQLReads, postgres: Any, pid: int) -> None:
+    """End the server process ``pid`` from another connection; the next read then fails."""
     killer = sqlalchemy.create_engine(postgres.uri("psycopg"))
     with killer.connect() as connection:
         connection.execute(sqlalchemy.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
     killer.dispose()
     with pytest.raises(Exception):  # noqa: B017, PT011 - the driver's own disconnect error
         reads.rows(sqlalchemy.text("SELECT 1"), {})
+
+
+def test_a_connection_killed_under_it_is_dropped_from_the_pool(engine: Any, postgres: Any) -> None:
+    reads = SQLReads(engine)
+    pid = reads.rows(sqlalchemy.text("SELECT pg_backend_pid()"), {})[0][0]
+    fail_a_read_after_killing(reads, postgres, pid)
     fresh = reads.rows(sqlalchemy.text("SELECT pg_backend_pid()"), {})[0][0]
     assert fresh != pid
 
@@ -446,12 +451,7 @@ def test_own_pool_keeps_a_connection_after_a_failing_statement_but_drops_a_kille
     with pytest.raises(Exception, match="not a number"):
         reads.rows(sqlalchemy.text("SELECT CAST(:value AS integer)"), {"value": "not a number"})
     assert backend_pid(reads) == pid, "an error in autocommit leaves the connection usable"
-    killer = sqlalchemy.create_engine(postgres.uri("psycopg"))
-    with killer.connect() as connection:
-        connection.execute(sqlalchemy.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-    killer.dispose()
-    with pytest.raises(Exception):  # noqa: B017, PT011 - the driver's own disconnect error
-        reads.rows(sqlalchemy.text("SELECT 1"), {})
+    fail_a_read_after_killing(reads, postgres, pid)
     assert pool.idle_count() == 0, "the broken connection was closed, not kept"
     assert backend_pid(reads) != pid
     pool.dispose()
