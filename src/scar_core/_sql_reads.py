@@ -1,4 +1,4 @@
-"""Read-only SQL on a SQLAlchemy engine's pooled connections, and pgvector's binary vectors.
+"""Read-only SQL on pooled connections, and pgvector's binary vectors.
 
 The pgvector sources send one or two small ``SELECT`` statements per query. Through a SQLAlchemy
 ``Connection`` each costs about half a millisecond of Python on top of the database's own work
@@ -13,6 +13,10 @@ when async), and when something watches the engine's statements (``echo=True`` l
 ``before_cursor_execute`` / ``after_cursor_execute`` listener: tracing such as OpenTelemetry's
 SQLAlchemy instrumentation, or a statement counter), so that it keeps seeing every statement.
 SQLAlchemy is imported only by the callers, so ``import scar_core`` stays numpy-only.
+
+Connections that a reader opens itself (nothing else shares them) can live in a
+:class:`DriverPool` instead of a SQLAlchemy pool: a deque of psycopg 3 connections, each with a
+kept cursor, whose checkout costs a fraction of SQLAlchemy's. The engine then only compiles.
 
 A statement may run with server settings (``hnsw.ef_search = 100``, as a vector store's
 ``index_query_options`` sets them). They are set with ``set_config(..., is_local => true)`` in a
@@ -318,10 +322,16 @@ class DriverPool:
     def checkin(self, pooled: _PooledDriver) -> None:
         """Give back a connection from :meth:`checkout`: kept if healthy and room is left."""
         try:
-            if pooled.reusable() and len(self._idle) < self._idle_limit:
-                self._idle.append(pooled)
-            else:
+            if not pooled.reusable():
                 pooled.close()
+                return
+            self._idle.append(pooled)
+            if len(self._idle) > self._idle_limit:  # threads returning at once may overshoot
+                try:
+                    surplus = self._idle.popleft()  # the longest idle
+                except IndexError:
+                    return
+                surplus.close()
         finally:
             self._slots.release()
 

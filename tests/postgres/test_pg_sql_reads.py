@@ -465,13 +465,13 @@ def test_own_pool_limits_connections_out_and_kept(postgres: Any) -> None:
     pool.checkin(first)
     pool.checkin(second)
     assert pool.idle_count() == 1
-    assert second.connection.closed, "beyond idle_limit a returned connection is closed"
-    assert not first.connection.closed
+    assert first.connection.closed, "beyond idle_limit the longest idle connection is closed"
+    assert not second.connection.closed
     again = pool.checkout()
-    assert again is first
+    assert again is second
     pool.checkin(again)
     pool.dispose()
-    assert first.connection.closed
+    assert second.connection.closed
 
 
 #: Any text PostgreSQL can store: no NUL, no lone surrogates.
