@@ -211,8 +211,9 @@ class DriverPoolExhaustedError(RuntimeError):
 class _PooledDriver:
     """One psycopg 3 connection of a :class:`DriverPool` in autocommit, with a cursor kept for it.
 
-    The cursor is made once, with the binary :class:`VectorParameter` dumper registered on it;
-    each read then asks it for binary or text rows.
+    The cursor is made once, with the dumpers of :class:`VectorParameter` and
+    :class:`StringArrayParameter` registered on it; each read then asks it for binary or text
+    rows.
     """
 
     __slots__ = ("connection", "cursor")
@@ -265,9 +266,9 @@ class DriverPool:
     """psycopg 3 connections that a reader opens itself, reused last in, first out.
 
     :class:`SQLReads` checks a connection out of a SQLAlchemy pool for each statement and back in
-    after it, which took 19 microseconds in a loop on the benchmark machine (and about 0.1 ms a
-    statement amid real queries) where a deque takes a fraction of one; each
-    connection here also keeps its cursor. Use it for connections nothing else shares: a
+    after it, which took 19 microseconds in a loop on the benchmark machine (and about 0.13 ms a
+    statement amid real queries) where a deque takes a fraction of one; each connection here
+    also keeps its cursor. Use it for connections nothing else shares: a
     SQLAlchemy engine's own pool stays in charge of its connections.
 
     At most ``open_limit`` connections are out at once: a read beyond that waits up to

@@ -835,6 +835,42 @@ def test_pg_by_default_reads_run_on_a_pool_of_their_own(
     assert loop_threads[0] not in seen["sync_threads"], "never on the event loop's thread"
 
 
+def test_pg_by_default_a_fetched_chunk_becomes_a_document_only_if_returned(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Budgeted selection reads the links of fetched rows without making their Documents."""
+    import scar_langchain.pgvector as pgvector
+
+    made: list[str] = []
+    linked: list[str] = []
+    make = pgvector._RowDocuments._made_document
+    read = pgvector._RowDocuments.chunk_links
+
+    def counted_make(rows: Any, chunk_id: str) -> Any:
+        made.append(chunk_id)
+        return make(rows, chunk_id)
+
+    def counted_read(rows: Any, chunk_id: str, keys: Any) -> Any:
+        linked.append(chunk_id)
+        return read(rows, chunk_id, keys)
+
+    monkeypatch.setattr(pgvector._RowDocuments, "_made_document", counted_make)
+    monkeypatch.setattr(pgvector._RowDocuments, "chunk_links", counted_read)
+    retriever = SCARRetriever(vectorstore=setup.pg_store, window=3)
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, window=3)
+    for query in setup.corpus.queries:
+        made.clear()
+        linked.clear()
+        answer = retriever.invoke(query)
+        assert comparable(answer) == comparable(in_memory.invoke(query))
+        returned = {
+            chunk_id for passage in answer for chunk_id in passage.metadata["scar_chunk_ids"]
+        }
+        assert set(made) <= returned, "no Document for a fetched chunk the answer leaves out"
+        assert len(made) == len(set(made)), "each made once"
+        assert set(made) <= set(linked)
+
+
 async def test_pg_by_default_a_store_engine_without_a_loop_thread_serves_async_calls(
     postgres: Any, setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
