@@ -23,6 +23,7 @@ Neither imports ``langchain_postgres`` or ``sqlalchemy`` until it is built, so
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -492,7 +493,13 @@ class _Connections(Protocol):
 
 
 class _OwnPools:
-    """Reads on pools of :class:`PGVectorChunks`' own: one sync engine, one async per loop."""
+    """Reads on pools of :class:`PGVectorChunks`' own: one sync engine, one async per loop.
+
+    An engine made here from a ``postgresql+psycopg`` URL only compiles: its sync reads run in a
+    :class:`~scar_core._sql_reads.DriverPool` of connections opened as the engine would open
+    them (the dialect's own connect arguments), which nothing else shares. An engine passed in
+    keeps serving its reads from its own pool.
+    """
 
     def __init__(
         self, connection: str | URL | Engine, async_connection: str | URL | AsyncEngine | None
@@ -507,8 +514,13 @@ class _OwnPools:
             if isinstance(connection, (str, sqlalchemy.URL))
             else connection
         )
+        self._pool: DriverPool | None = None
+        if self._owns_engine and self.engine.dialect.driver == "psycopg":
+            arguments, keywords = self.engine.dialect.create_connect_args(self.engine.url)
+            connect = functools.partial(self.engine.dialect.connect, *arguments, **keywords)
+            self._pool = DriverPool(connect)
         # Single reads need no transaction: autocommit saves a BEGIN and a ROLLBACK per query.
-        self._reads = SQLReads(self.engine)
+        self._reads = SQLReads(self.engine, self._pool)
         self._async = AsyncEnginePerLoop(
             async_connection if async_connection is not None else self.engine.url,
             driver_hint=(
@@ -541,6 +553,8 @@ class _OwnPools:
     def close(self) -> None:
         if self._owns_engine:
             self.engine.dispose()
+        if self._pool is not None:
+            self._pool.dispose()
 
     async def aclose(self) -> None:
         await self._async.dispose_current()

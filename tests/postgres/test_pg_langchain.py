@@ -354,11 +354,28 @@ def test_pg_metadata_columns_keep_their_values_in_binary_and_text_rows(
 
 
 def test_pg_chunks_made_from_a_url_own_their_pool(postgres: Any, setup: Setup) -> None:
+    """A psycopg URL: the sync reads run in a DriverPool; the engine made for it only compiles."""
     chunks = PGVectorChunks(postgres.uri("psycopg"), setup.table)
+    connections: Any = chunks._connections
     try:
-        assert sorted(chunks.fetch(setup.corpus.ids[:2]).documents) == sorted(setup.corpus.ids[:2])
+        for _ in range(3):
+            found = chunks.fetch(setup.corpus.ids[:2]).documents
+            assert sorted(found) == sorted(setup.corpus.ids[:2])
+        assert connections._pool.idle_count() == 1, "one connection served the reads in turn"
+        assert connections.engine.pool.checkedin() == 0, "the engine never connected"
     finally:
         chunks.close()
+    assert connections._pool.idle_count() == 0
+    # An engine passed in keeps serving the reads from its own pool.
+    engine = sqlalchemy.create_engine(postgres.uri("psycopg"))
+    given = PGVectorChunks(engine, setup.table)
+    try:
+        given.fetch(setup.corpus.ids[:2])
+        assert given._connections._pool is None  # type: ignore[attr-defined]
+        assert engine.pool.checkedin() == 1  # type: ignore[attr-defined]
+    finally:
+        given.close()
+        engine.dispose()
 
 
 # --------------------------------------------------------------------------------------------
