@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -516,6 +517,16 @@ class SCARRetriever(BaseRetriever):
         request = self._request(k, budget)
         query_vector = self._query_embeddings.embed_query(check_query_text(query))
         pool = QueryPool(np.asarray(query_vector, dtype=np.float64), keys=self.metadata_keys)
+        return self._retrieve(query, pool, request, run_manager)
+
+    def _retrieve(
+        self,
+        query: str,
+        pool: QueryPool,
+        request: _PlainRequest | _BudgetRequest,
+        run_manager: CallbackManagerForRetrieverRun,
+    ) -> list[Document]:
+        """Search, fetch and select for a query whose pool holds its embedding."""
         if isinstance(request, _BudgetRequest):
             return self._select_within_budget(query, pool, request, run_manager)
         size = request.first_pool
@@ -624,6 +635,11 @@ class SCARRetriever(BaseRetriever):
         request = self._request(k, budget)
         query_vector = await self._query_embeddings.aembed_query(check_query_text(query))
         pool = QueryPool(np.asarray(query_vector, dtype=np.float64), keys=self.metadata_keys)
+        if self._retrieves_in_one_thread():
+            # One hand-over to a worker thread for the whole query, instead of one a statement.
+            return await asyncio.to_thread(
+                self._retrieve, query, pool, request, run_manager.get_sync()
+            )
         if isinstance(request, _BudgetRequest):
             return await self._aselect_within_budget(query, pool, request, run_manager)
         size = request.first_pool
@@ -646,6 +662,24 @@ class SCARRetriever(BaseRetriever):
             if selection.complete or pool.exhausted:
                 return self._output(selection, pool, "plain")
             size *= 2
+
+    def _retrieves_in_one_thread(self) -> bool:
+        """Whether an async call may run the sync retrieval in one worker thread.
+
+        So it may when every statement goes to a pgvector reader (``PGVectorChunks``) whose
+        sync reads need no event loop of the caller's: the default sources once SCAR's own pool
+        is open, or a ``search_source`` reading on a pool of its own. Each statement would
+        otherwise be handed to a worker thread and back on its own. Sources of the user's
+        (``neighbor_source``, ``vector_source``, ``docstore``) keep their async methods.
+        """
+        searcher: object = self._searcher
+        neighbors: object = self._neighbors
+        if searcher is None or neighbors is not searcher:
+            return False
+        if self.vector_source is not None or self.docstore is not None:
+            return False
+        ready = getattr(searcher, "_sync_reads_in_any_thread", None)
+        return callable(ready) and bool(ready())
 
     async def _aselect_within_budget(
         self,

@@ -487,6 +487,10 @@ class _Connections(Protocol):
         binary: bool = False,
     ) -> list[Row]: ...
 
+    def sync_reads_in_any_thread(self) -> bool:
+        """Whether :meth:`rows` may run in any thread, with no event loop of the caller's."""
+        ...
+
     def close(self) -> None: ...
 
     async def aclose(self) -> None: ...
@@ -549,6 +553,10 @@ class _OwnPools:
     ) -> list[Row]:
         engine = self._async.current()
         return await self._reads.arows(engine, statement, parameters, settings, binary=binary)
+
+    def sync_reads_in_any_thread(self) -> bool:
+        """Always: the sync reads run on this object's own sync engine or pool."""
+        return True
 
     def close(self) -> None:
         if self._owns_engine:
@@ -621,6 +629,10 @@ class _StorePool:
     ) -> list[Row]:
         read = self._reads.arows(self._pool, statement, parameters, settings, binary=binary)
         return await self.store_engine._run_as_async(read)  # type: ignore[no-any-return]
+
+    def sync_reads_in_any_thread(self) -> bool:
+        """Never: each read is handed to the store's loop thread, which async calls reach directly."""
+        return False
 
     def close(self) -> None:
         """The pool is the store's: nothing to dispose of."""
@@ -814,6 +826,21 @@ class _StoreSettingsPools:
                 if found is not None:
                     return found
         return await self._store.arows(statement, parameters, settings, binary=binary)
+
+    def sync_reads_in_any_thread(self) -> bool:
+        """Whether SCAR's own pool is open and serves the reads, and a fallback could too.
+
+        The store's pool serves a read that SCAR's own cannot (one whose connection fails to
+        open); its sync form runs on the store's loop thread, which a ``PGEngine`` made with
+        ``from_engine`` in an async app does not have.
+        """
+        own = _registered_pool(self._store)
+        return (
+            isinstance(own, _SettingsCopyPool)
+            and own.usable
+            and not self._store.watched()
+            and getattr(self._store.store_engine, "_loop", None) is not None
+        )
 
     def close(self) -> None:
         """Close the idle connections of SCAR's own pool (it reopens them if used again)."""
@@ -1276,6 +1303,14 @@ class PGVectorChunks:
             self._search_select(), parameters, settings, binary=self._binary_rows()
         )
         return self._hits(rows)
+
+    def _sync_reads_in_any_thread(self) -> bool:
+        """Whether the sync methods may run in a worker thread for an async caller.
+
+        :class:`~scar_langchain.SCARRetriever` then runs a whole async query in one worker
+        thread rather than handing each statement to one.
+        """
+        return self._connections.sync_reads_in_any_thread()
 
     def close(self) -> None:
         """Dispose of the connection pool this object created (an engine passed in is kept)."""

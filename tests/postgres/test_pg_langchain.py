@@ -888,6 +888,52 @@ def test_pg_by_default_a_fetched_chunk_becomes_a_document_only_if_returned(
         assert set(made) <= set(linked)
 
 
+@pytest.mark.parametrize("sources", ["default", "search_source", "shared store pool"])
+def test_pg_an_async_query_runs_in_one_worker_thread_when_its_reads_can(
+    setup: Setup, sources: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Default sources (once their pool is open) and a search_source with a pool of its own run a
+    whole async query in one worker thread; on the store's shared pool each read stays async."""
+    chunks: PGVectorChunks | None = None
+    if sources == "search_source":
+        chunks = PGVectorChunks.from_store(setup.pg_store)
+    elif sources == "shared store pool":
+        chunks = PGVectorChunks.from_store(setup.pg_store, share_store_pool=True)
+    retriever = SCARRetriever(vectorstore=setup.pg_store, search_source=chunks, window=2)
+    in_memory = SCARRetriever(vectorstore=setup.memory_store, window=2)
+    queries = list(setup.corpus.queries)
+    expected = [comparable(in_memory.invoke(query)) for query in queries]
+    retriever.invoke(queries[0])  # opens the pool, reads the table's column types
+    retrieved_in: list[str] = []
+    retrieve = SCARRetriever._retrieve
+
+    def recorded(self: SCARRetriever, *args: Any) -> Any:
+        retrieved_in.append(threading.current_thread().name)
+        return retrieve(self, *args)
+
+    monkeypatch.setattr(SCARRetriever, "_retrieve", recorded)
+
+    async def answered() -> tuple[list[Any], str]:
+        answers = [comparable(await retriever.ainvoke(query)) for query in queries]
+        return answers, threading.current_thread().name
+
+    try:
+        with driver_statements(monkeypatch) as seen:
+            answers, loop_thread = asyncio.run(answered())
+        assert answers == expected
+        if sources == "shared store pool":
+            assert retrieved_in == []
+            assert seen["sync"] == []
+        else:
+            assert len(retrieved_in) == len(queries), "one hand-over a query"
+            assert loop_thread not in retrieved_in
+            assert seen["async"] == []
+            assert set(seen["sync_threads"]) <= set(retrieved_in)
+    finally:
+        if chunks is not None:
+            chunks.close()
+
+
 async def test_pg_by_default_a_store_engine_without_a_loop_thread_serves_async_calls(
     postgres: Any, setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
