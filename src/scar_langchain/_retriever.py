@@ -139,8 +139,8 @@ class SCARRetriever(BaseRetriever):
             The store to search; neighbours are fetched with its ``get_by_ids``. A
             langchain-postgres ``PGVectorStore``'s table is read directly instead (vectors in
             binary, one statement per batch) on a sync pool of SCAR's own opened with the
-            store's connection settings; async calls run those reads in the event loop's
-            default executor (``scar_langchain.pgvector.default_store_chunks``).
+            store's connection settings; an async call runs the whole query in one thread of
+            the event loop's default executor (``scar_langchain.pgvector.default_store_chunks``).
         base_retriever: BaseRetriever
             Any retriever, instead of ``vectorstore``; needs ``docstore`` and ``embeddings``.
         docstore: BaseStore[str, Document]
