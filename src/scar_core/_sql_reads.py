@@ -376,6 +376,15 @@ class SQLReads:
             sql = self._compiled[key] = str(statement.compile(dialect=dialect))
         return sql
 
+    def _driver_settings(
+        self, settings: Settings, dialect: Any
+    ) -> tuple[str, dict[str, str]] | None:
+        """The statement that sets ``settings``, compiled for the driver, and its values."""
+        if not settings:
+            return None
+        statement, values = _settings_statement(settings)
+        return self._sql(statement, dialect), values
+
     def rows(
         self,
         statement: TextClause,
@@ -412,14 +421,11 @@ class SQLReads:
             with self._autocommit.connect() as connection:
                 return list(connection.execute(statement, _as_text(parameters)).all())
         sql = self._sql(statement, dialect)
+        driver_setter = self._driver_settings(settings, dialect)
         if self._pool is not None:
-            settings_sql = None
-            if settings:
-                settings_statement, values = _settings_statement(settings)
-                settings_sql = (self._sql(settings_statement, dialect), values)
             pooled_driver = self._pool.checkout()
             try:
-                return pooled_driver.rows(sql, dict(parameters), settings_sql, binary)
+                return pooled_driver.rows(sql, dict(parameters), driver_setter, binary)
             finally:
                 self._pool.checkin(pooled_driver)
         # On return the pool rolls the connection back; one the server dropped fails that and
@@ -439,9 +445,8 @@ class SQLReads:
                     cursor = driver.cursor()
                     bound = _as_text(parameters)
                 try:
-                    if settings:
-                        setter, values = _settings_statement(settings)
-                        cursor.execute(self._sql(setter, dialect), values)
+                    if driver_setter is not None:
+                        cursor.execute(*driver_setter)
                     cursor.execute(sql, bound)
                     return list(cursor.fetchall())
                 finally:
@@ -493,9 +498,9 @@ class SQLReads:
                 await driver.set_autocommit(autocommit)
             try:
                 async with _with_binary_vectors(driver.cursor(binary=binary)) as cursor:
-                    if settings:
-                        setter, values = _settings_statement(settings)
-                        await cursor.execute(self._sql(setter, dialect), values)
+                    driver_setter = self._driver_settings(settings, dialect)
+                    if driver_setter is not None:
+                        await cursor.execute(*driver_setter)
                     await cursor.execute(self._sql(statement, dialect), dict(parameters))
                     return list(await cursor.fetchall())
             finally:

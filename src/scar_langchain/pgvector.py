@@ -179,10 +179,11 @@ def default_store_chunks(vectorstore: object) -> PGVectorChunks | None:
     A :class:`PGVectorChunks` over the store's table (neighbours and vectors in one statement per
     batch, vectors in binary form, and, see :func:`runs_hybrid_search`, the search with the hits'
     vectors) whose reads run on a sync connection pool of its own (for an async caller, in the
-    event loop's default executor: the whole query in one thread once the pool is open). That pool opens its connections with the settings of the store's
-    own (libpq's options as one of them used them: host, user, password, TLS, ``options``), so
-    it reaches the same database as the store however the store's engine was made; every
-    retriever of one store engine shares it. Reads while something watches the store engine's
+    event loop's default executor: the whole query in one thread once the pool is open). That
+    pool opens its connections with the settings of the store's own (libpq's options as one of
+    them used them: host, user, password, TLS, ``options``), so it reaches the same database as
+    the store however the store's engine was made; every retriever of one store engine shares
+    it. Reads while something watches the store engine's
     statements (``echo``, a cursor listener), reads for a store whose driver is not psycopg 3,
     and every read once a connection of its own has failed to open run on the store's own pool
     (``share_store_pool=True``).
