@@ -43,16 +43,15 @@ from bench_postgres import (
 )
 from bench_support import (
     TEXT_CHARS,
-    TEXT_OVERLAP,
     interleaved_medians,
     machine_summary,
-    make_corpus,
     make_queries,
     markdown_table,
+    text_corpus,
     write_result,
 )
 
-from scar_core._sql_reads import VectorParameter, _binary_dumper
+from scar_core._sql_reads import _with_binary_vectors
 from scar_langchain import PGVectorChunks, SCARRetriever
 
 DIMENSION = 384
@@ -81,7 +80,7 @@ def run_size(server: Any, size: int, rounds: int) -> list[list[object]]:
     import psycopg
     from langchain_postgres import PGVectorStore
 
-    corpus = make_corpus(size, DIMENSION, text_chars=TEXT_CHARS, text_overlap=TEXT_OVERLAP)
+    corpus = text_corpus(size, DIMENSION)
     query_vectors = make_queries(corpus, rounds + 2)
     query_texts = [f"query {i}" for i in range(len(query_vectors))]
     embeddings = CorpusEmbeddings(
@@ -106,8 +105,8 @@ def run_size(server: Any, size: int, rounds: int) -> list[list[object]]:
     scar_statements = sum(len(sent) for sent in scar_sql[2:]) / rounds
 
     with psycopg.connect(server.get_uri(), autocommit=True) as connection:
-        # SCAR's query vector travels in binary form, as SQLReads sends it.
-        connection.adapters.register_dumper(VectorParameter, _binary_dumper())
+        # SCAR's query vector and neighbour ids travel as SQLReads sends them.
+        _with_binary_vectors(connection)
         # The replays run after both retrievers: run before one, a replay would read that
         # query's pages into the buffers for it (SCAR's neighbourhood above all).
         medians = interleaved_medians(

@@ -178,7 +178,7 @@ def _array_literal_dumper() -> type:
 
 
 def _with_binary_vectors(cursor: Any) -> Any:
-    """Let a psycopg 3 cursor send :class:`VectorParameter` values in binary form.
+    """Let a psycopg 3 cursor (or connection) send :class:`VectorParameter` values in binary form.
 
     It also sends each :class:`StringArrayParameter` as one array literal.
     """
