@@ -632,7 +632,7 @@ class _StorePool:
         return await self.store_engine._run_as_async(read)  # type: ignore[no-any-return]
 
     def sync_reads_in_any_thread(self) -> bool:
-        """Never: each read is handed to the store's loop thread, which async calls reach directly."""
+        """Never: each read goes to the store's loop thread, which async calls reach directly."""
         return False
 
     def close(self) -> None:
