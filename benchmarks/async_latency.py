@@ -15,7 +15,6 @@ Run from the repository root with the ``dev`` extra installed::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import statistics
@@ -25,12 +24,12 @@ from typing import Any
 from bench_langchain import hnsw_store, query_set
 from bench_postgres import pgvector_server
 from bench_support import (
-    TEXT_CHARS,
-    TEXT_OVERLAP,
-    interval_cell,
+    LATENCY_COLUMNS,
+    hnsw_latency_arguments,
+    latency_cells,
     machine_summary,
-    make_corpus,
     markdown_table,
+    text_corpus,
     write_result,
 )
 
@@ -81,28 +80,11 @@ async def time_store(store: Any, queries: list[str], rounds: int) -> dict[str, l
 
 
 def rows_for(label: str, samples: dict[str, list[float]]) -> list[list[object]]:
-    medians = {name: statistics.median(values) for name, values in samples.items()}
-    rows: list[list[object]] = []
-    for scar, plain in PAIRS:
-        rows.append(
-            [
-                label,
-                scar,
-                f"{medians[plain] * 1e3:.2f}",
-                f"{medians[scar] * 1e3:.2f}",
-                f"{(medians[scar] - medians[plain]) * 1e3:+.2f}",
-                f"{medians[scar] / medians[plain]:.3f}x",
-                interval_cell(samples[scar], samples[plain]),
-            ]
-        )
-    return rows
+    return [latency_cells(label, scar, plain, samples) for scar, plain in PAIRS]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--dimension", type=int, default=384)
-    parser.add_argument("--rounds", type=int, default=300, help="queries per contender")
+    parser = hnsw_latency_arguments(__doc__.split("\n\n")[0], 300, "queries per contender")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
 
@@ -111,9 +93,7 @@ def main() -> None:
     table: list[list[object]] = []
     with pgvector_server() as server:
         for size in args.sizes:
-            corpus = make_corpus(
-                size, args.dimension, text_chars=TEXT_CHARS, text_overlap=TEXT_OVERLAP
-            )
+            corpus = text_corpus(size, args.dimension)
             queries = query_set(corpus, args.rounds + 2, "query")
             name = f"async_{size}_{args.dimension}"
             store, embeddings = hnsw_store(server, corpus, name, queries)
@@ -122,20 +102,11 @@ def main() -> None:
             table += rows_for(label, samples)
             print({k: round(statistics.median(v) * 1e3, 2) for k, v in samples.items()})
             assert embeddings.texts_embedded == 0, "SCAR embedded chunks at query time"
-    header = [
-        "setup",
-        "SCAR",
-        "plain ms (median)",
-        "SCAR ms (median)",
-        "added ms",
-        "SCAR / plain",
-        "95% interval",
-    ]
     text = (
         "# Async end-to-end latency (benchmark 7)\n\n"
         f"{machine}\n\n"
         "Median wall time of `await retriever.ainvoke(query)`, query embedding excluded, "
-        f"{args.rounds} rounds.\n\n" + markdown_table(header, table) + "\n"
+        f"{args.rounds} rounds.\n\n" + markdown_table(LATENCY_COLUMNS, table) + "\n"
     )
     path = write_result("async_latency.md", text)
     print(text)

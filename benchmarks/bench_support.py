@@ -6,6 +6,7 @@ Not a test module. The corpus is synthetic on purpose: scale (10k, 100k chunks) 
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -144,6 +145,60 @@ def chunk_texts(
                 break
             texts.append(stream[position * step : position * step + chars])
     return texts
+
+
+def text_corpus(size: int, dimension: int) -> Corpus:
+    """A corpus of the end-to-end benchmark: chunks of :data:`TEXT_CHARS` characters of text."""
+    return make_corpus(size, dimension, text_chars=TEXT_CHARS, text_overlap=TEXT_OVERLAP)
+
+
+def hnsw_latency_arguments(
+    description: str, rounds: int, rounds_help: str
+) -> argparse.ArgumentParser:
+    """``--sizes``, ``--dimension`` and ``--rounds``, as the pgvector HNSW latency scripts take them."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--dimension", type=int, default=384)
+    parser.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
+    return parser
+
+
+#: The columns of a latency table, SCAR against the plain retriever on one setup
+#: (:func:`latency_cells`).
+LATENCY_COLUMNS = [
+    "setup",
+    "SCAR",
+    "plain ms (median)",
+    "SCAR ms (median)",
+    "added ms",
+    "SCAR / plain",
+    "95% interval",
+]
+
+#: The issue's target for SCAR's median latency, as a multiple of the plain retriever's.
+TARGET_RATIO = 1.10
+
+
+def ratio_cell(ratio: float) -> str:
+    """A ratio for the table, in bold when it meets :data:`TARGET_RATIO`."""
+    return f"**{ratio:.3f}x**" if ratio <= TARGET_RATIO else f"{ratio:.3f}x"
+
+
+def latency_cells(
+    label: str, scar: str, plain: str, samples: dict[str, list[float]]
+) -> list[object]:
+    """The :data:`LATENCY_COLUMNS` of contender ``scar`` against ``plain``, from their samples."""
+    scar_median = statistics.median(samples[scar])
+    plain_median = statistics.median(samples[plain])
+    return [
+        label,
+        scar,
+        f"{plain_median * 1e3:.2f}",
+        f"{scar_median * 1e3:.2f}",
+        f"{(scar_median - plain_median) * 1e3:+.2f}",
+        ratio_cell(scar_median / plain_median),
+        interval_cell(samples[scar], samples[plain]),
+    ]
 
 
 def make_corpus(

@@ -54,13 +54,14 @@ from bench_postgres import (
     search_uses_index,
 )
 from bench_support import (
+    LATENCY_COLUMNS,
     TEXT_CHARS,
     TEXT_OVERLAP,
     Corpus,
     chunk_metadata,
     interleaved_medians,
     interleaved_samples,
-    interval_cell,
+    latency_cells,
     machine_summary,
     make_corpus,
     make_queries,
@@ -127,22 +128,12 @@ def statements_per_query(contenders: dict[str, Callable[[int], object]]) -> dict
     return counts
 
 
-#: The issue's target for SCAR's median latency, as a multiple of the plain retriever's.
-TARGET_RATIO = 1.10
-
-
-def ratio_cell(ratio: float) -> str:
-    """A ratio for the table, in bold when it meets :data:`TARGET_RATIO`."""
-    return f"**{ratio:.3f}x**" if ratio <= TARGET_RATIO else f"{ratio:.3f}x"
-
-
 def langchain_rows(
     label: str,
     samples: dict[str, list[float]],
     embeddings: CorpusEmbeddings,
     statements: dict[str, float] | None = None,
 ) -> list[list[object]]:
-    medians = {name: statistics.median(values) for name, values in samples.items()}
     pairs = [
         ("SCAR plain (budget=None, k=4)", "plain k=12"),
         ("SCAR plain + search_source=PGVectorChunks", "plain k=12"),
@@ -151,16 +142,10 @@ def langchain_rows(
     ]
     rows = []
     for scar, plain in pairs:
-        if scar in medians:
+        if scar in samples:
             rows.append(
                 [
-                    label,
-                    scar,
-                    f"{medians[plain] * 1e3:.2f}",
-                    f"{medians[scar] * 1e3:.2f}",
-                    f"{(medians[scar] - medians[plain]) * 1e3:+.2f}",
-                    ratio_cell(medians[scar] / medians[plain]),
-                    interval_cell(samples[scar], samples[plain]),
+                    *latency_cells(label, scar, plain, samples),
                     f"{statements[plain]:.1f} / {statements[scar]:.1f}" if statements else "-",
                 ]
             )
@@ -509,16 +494,7 @@ def main() -> None:
         if server_context is not None:
             server_context.__exit__(None, None, None)
 
-    header = [
-        "setup",
-        "SCAR",
-        "plain ms (median)",
-        "SCAR ms (median)",
-        "added ms",
-        "SCAR / plain",
-        "95% interval",
-        "SQL statements plain / SCAR",
-    ]
+    header = [*LATENCY_COLUMNS, "SQL statements plain / SCAR"]
     text = (
         "# End-to-end latency (benchmark 1)\n\n"
         f"{machine}\n\n"

@@ -14,7 +14,6 @@ Run from the repository root with the ``dev`` extra installed::
 
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 from collections.abc import Callable
@@ -23,13 +22,12 @@ from typing import Any
 from bench_langchain import hnsw_store, query_set
 from bench_postgres import pgvector_server
 from bench_support import (
-    TEXT_CHARS,
-    TEXT_OVERLAP,
+    hnsw_latency_arguments,
     interleaved_samples,
     interval_cell,
     machine_summary,
-    make_corpus,
     markdown_table,
+    text_corpus,
     write_result,
 )
 
@@ -47,10 +45,7 @@ def ratio_cells(scar: list[float], plain: list[float]) -> tuple[float, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--dimension", type=int, default=384)
-    parser.add_argument("--rounds", type=int, default=250, help="queries per repeat")
+    parser = hnsw_latency_arguments(__doc__.split("\n\n")[0], 250, "queries per repeat")
     parser.add_argument("--repeats", type=int, default=3, help="fresh query sets per pair")
     parser.add_argument(
         "--output", default="pair_latency.md", help="file name under benchmarks/results/"
@@ -63,9 +58,7 @@ def main() -> None:
     table: list[list[object]] = []
     with pgvector_server() as server:
         for size in args.sizes:
-            corpus = make_corpus(
-                size, args.dimension, text_chars=TEXT_CHARS, text_overlap=TEXT_OVERLAP
-            )
+            corpus = text_corpus(size, args.dimension)
             query_sets = [
                 query_set(corpus, args.rounds + 2, f"set {index}", seed=100 + index)
                 for index in range(args.repeats * len(PAIRS))
