@@ -1,0 +1,108 @@
+"""The query driver: which chunks to read next, and what to select once they have arrived.
+
+The driver performs no I/O. An adapter feeds it the retrieved chunks, asks :meth:`QueryDriver.wanted`
+for the ids to read, reads them from its store (sync or async, as it likes), hands them back with
+:meth:`QueryDriver.receive`, and repeats until nothing more is wanted::
+
+    driver = QueryDriver(query_vector, hits, settings)
+    while ids := driver.wanted():
+        driver.receive(read_chunks(ids))   # the adapter's only job
+    selection = driver.result()
+
+Reads go ring by ring: the first read brings every chunk one step from a retrieved chunk (and the
+vectors of retrieved chunks the search returned without one), the next read the chunks two steps
+away, up to the mode's ``window``. So a query costs exactly ``window`` reads beyond the search, and
+the selection is exactly what :func:`scar_core.selection.select` gives on the full graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy.typing as npt
+
+from scar_core.scoring import unit_vector
+from scar_core.selection import Chunk, Selection, _steps, select
+from scar_core.settings import BudgetSettings, PaperSettings
+
+__all__ = ["QueryDriver"]
+
+
+class QueryDriver:
+    """Drive one SCAR query without doing any I/O.
+
+    Args:
+        query: The query embedding.
+        hits: The retrieved chunks, best first, with whatever vectors and links the search gave.
+            Only the first ``settings.k`` are used: no further hit can win a slot.
+        settings: The mode and its settings.
+
+    Raises:
+        InvalidVectorError: If the query vector is unusable.
+    """
+
+    def __init__(
+        self,
+        query: npt.ArrayLike,
+        hits: Sequence[Chunk],
+        settings: BudgetSettings | PaperSettings,
+    ) -> None:
+        self.query = unit_vector(query)
+        self.settings = settings
+        unique: dict[str, Chunk] = {}
+        for hit in hits:
+            unique.setdefault(hit.id, hit)
+        self.hit_ids = list(unique)[: settings.k]
+        self.chunks: dict[str, Chunk] = {h: unique[h] for h in self.hit_ids}
+        self.missing: set[str] = set()
+        self.reads = 0
+        self._ring = list(self.hit_ids)
+        self._asked: list[str] = []
+        self._distance = 0
+
+    def wanted(self) -> list[str]:
+        """Return the chunk ids to read next (with their vectors), or ``[]`` when done.
+
+        Asking again before :meth:`receive` returns the same ids.
+        """
+        if self._asked:
+            return list(self._asked)
+        if self._distance >= self.settings.window or not self._ring:
+            return []
+        ring = {
+            target: None
+            for chunk_id in self._ring
+            for direction in _steps(self.settings.direction)
+            if (target := self.chunks[chunk_id].step(direction)) is not None
+            and target not in self.chunks
+            and target not in self.missing
+        }
+        if self._distance == 0:
+            ring = {h: None for h in self.hit_ids if self.chunks[h].vector is None} | ring
+        self._asked = list(ring)
+        if not self._asked:
+            self._ring = []
+        return list(self._asked)
+
+    def receive(self, chunks: Iterable[Chunk]) -> None:
+        """Take the chunks read for the last :meth:`wanted`; ids not among them count as missing.
+
+        A retrieved chunk read again keeps the links the search gave it and takes the new vector.
+        """
+        arrived = {chunk.id: chunk for chunk in chunks if chunk.id in self._asked}
+        for chunk_id, chunk in arrived.items():
+            known = self.chunks.get(chunk_id)
+            if known is not None:
+                chunk = Chunk(chunk_id, chunk.vector, known.previous_id or chunk.previous_id,
+                              known.next_id or chunk.next_id)  # fmt: skip
+            self.chunks[chunk_id] = chunk
+        self.missing.update(c for c in self._asked if c not in arrived)
+        new = [c for c in arrived if c not in self.hit_ids]
+        self._ring = new
+        self._asked = []
+        self._distance += 1
+        self.reads += 1
+
+    def result(self) -> Selection:
+        """Return the selection over everything read so far."""
+        return select(self.query, self.hit_ids, self.chunks, self.settings)

@@ -1,0 +1,57 @@
+"""Stitch a passage's chunk texts into one text, without repeating the splitter's overlap."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+__all__ = ["MIN_TEXT_OVERLAP", "stitch", "text_overlap"]
+
+#: Shorter repeats between two chunks are taken as chance, not as the splitter's overlap.
+MIN_TEXT_OVERLAP = 16
+
+
+def text_overlap(previous: str, current: str) -> int:
+    """Return the length of the longest suffix of ``previous`` that begins ``current``, or 0.
+
+    Only overlaps of at least :data:`MIN_TEXT_OVERLAP` characters count.
+    """
+    longest = min(len(previous), len(current))
+    if longest < MIN_TEXT_OVERLAP:
+        return 0
+    probe = current[:MIN_TEXT_OVERLAP]
+    start = len(previous) - longest
+    # The earliest place where previous repeats current's opening is the longest overlap.
+    while (found := previous.find(probe, start)) >= 0:
+        if current.startswith(previous[found:]):
+            return len(previous) - found
+        start = found + 1
+    return 0
+
+
+def stitch(texts: Sequence[str], starts: Sequence[int | None] | None = None) -> str:
+    """Join the texts of adjacent chunks, in document order, into one passage text.
+
+    Args:
+        texts: The chunk texts, in document order.
+        starts: Each chunk's character offset in its document (LangChain's ``start_index``),
+            when known; it says exactly how much two chunks overlap. Without it, a repeated
+            suffix/prefix of at least :data:`MIN_TEXT_OVERLAP` characters is dropped.
+
+    Returns:
+        The passage text. Chunks that do not overlap are joined with a line break.
+    """
+    if not texts:
+        return ""
+    offsets = list(starts) if starts is not None else [None] * len(texts)
+    parts = [texts[0]]
+    for (before, start_before), (text, start) in itertools.pairwise(zip(texts, offsets, strict=True)):
+        if start_before is not None and start is not None:
+            end_before = start_before + len(before)
+            trimmed = min(max(end_before - start, 0), len(text))
+            joiner = "" if trimmed or start == end_before else "\n"
+        else:
+            trimmed = text_overlap(before, text)
+            joiner = "" if trimmed else "\n"
+        parts.append(joiner + text[trimmed:])
+    return "".join(parts)

@@ -1,0 +1,85 @@
+"""The SCAR formula as plain numpy, free of ids, graphs and frameworks.
+
+For a query ``q``, a retrieved chunk ``c`` and an adjacent chunk ``n``:
+
+* boundary penalty ``b = 1 - cos(e_c, e_n)``
+* expansion score ``S = cos(e_q, e_n) - lambda_ * b``
+* the paper's rule: include ``n`` when ``S > gamma * cos(e_q, e_c)``
+
+This module is the only place these are computed; both selection modes call it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from scar_core.errors import InvalidVectorError
+
+__all__ = ["boundary_penalty", "expansion_score", "paper_threshold", "unit_rows", "unit_vector"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def boundary_penalty(boundary_cosine: float) -> float:
+    """Return ``b = 1 - cos(e_c, e_n)``: low when two chunks read as one text."""
+    return 1.0 - boundary_cosine
+
+
+def expansion_score(relevance: float, boundary_cosine: float, lambda_: float) -> float:
+    """Return ``S = cos(e_q, e_n) - lambda_ * (1 - cos(e_c, e_n))``.
+
+    Args:
+        relevance: ``cos(e_q, e_n)``, the neighbour's own relevance to the query.
+        boundary_cosine: ``cos(e_c, e_n)`` across the boundary the neighbour would cross.
+        lambda_: Weight of the boundary penalty.
+    """
+    return relevance - lambda_ * boundary_penalty(boundary_cosine)
+
+
+def paper_threshold(seed_relevance: float, gamma: float) -> float:
+    """Return the paper's bar ``gamma * cos(e_q, e_c)`` that ``S`` must exceed."""
+    return gamma * seed_relevance
+
+
+def unit_rows(matrix: npt.ArrayLike) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    """Scale each row of a 2-D array to unit length.
+
+    Rows that are zero, or hold NaN or infinite values, cannot be scaled: they come back as zeros
+    and are marked unusable, so no cosine is ever computed from them.
+
+    Args:
+        matrix: Vectors, one per row, of any finite scale.
+
+    Returns:
+        ``(units, usable)``: the unit rows as float64 and a boolean mask of the usable ones.
+    """
+    array = np.asarray(matrix, dtype=np.float64)
+    if array.ndim != 2:
+        raise InvalidVectorError(f"expected a 2-D array of vectors, got shape {array.shape}.")
+    finite = np.isfinite(array).all(axis=1)
+    safe = np.where(finite[:, None], array, 0.0)
+    # Dividing by the largest magnitude first keeps the squares from overflowing or underflowing.
+    peaks = np.abs(safe).max(axis=1, initial=0.0)
+    scaled = safe / np.where(peaks > 0, peaks, 1.0)[:, None]
+    norms = np.linalg.norm(scaled, axis=1)
+    usable = finite & (norms > 0)
+    units = np.where(usable[:, None], scaled / np.where(usable, norms, 1.0)[:, None], 0.0)
+    return units, usable
+
+
+def unit_vector(vector: npt.ArrayLike, name: str = "the query vector") -> FloatArray:
+    """Return a 1-D vector scaled to unit length, or raise naming what is wrong with it.
+
+    Raises:
+        InvalidVectorError: If the vector is not 1-D, is empty, zero, NaN or infinite.
+    """
+    array = np.asarray(vector, dtype=np.float64)
+    if array.ndim != 1 or array.size == 0:
+        raise InvalidVectorError(f"{name} has shape {array.shape}; expected a non-empty 1-D vector.")
+    units, usable = unit_rows(array[None, :])
+    if not usable[0]:
+        problem = "NaN or infinite values" if not np.isfinite(array).all() else "zero length"
+        raise InvalidVectorError(f"{name} has {problem}; check that the text is not empty.")
+    result: FloatArray = units[0]
+    return result
