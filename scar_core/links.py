@@ -43,7 +43,9 @@ class ChunkLinks:
     next_id: str | None
 
 
-def link_sequence(document_id: str, count: int, joins: Sequence[bool] | None = None) -> list[ChunkLinks]:
+def link_sequence(
+    document_id: str, count: int, joins: Sequence[bool] | None = None
+) -> list[ChunkLinks]:
     """Return the ids and links of ``count`` consecutive chunks of one document.
 
     Args:

@@ -45,7 +45,9 @@ def stitch(texts: Sequence[str], starts: Sequence[int | None] | None = None) -> 
         return ""
     offsets = list(starts) if starts is not None else [None] * len(texts)
     parts = [texts[0]]
-    for (before, start_before), (text, start) in itertools.pairwise(zip(texts, offsets, strict=True)):
+    for (before, start_before), (text, start) in itertools.pairwise(
+        zip(texts, offsets, strict=True)
+    ):
         if start_before is not None and start is not None:
             end_before = start_before + len(before)
             trimmed = min(max(end_before - start, 0), len(text))

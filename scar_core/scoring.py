@@ -76,7 +76,9 @@ def unit_vector(vector: npt.ArrayLike, name: str = "the query vector") -> FloatA
     """
     array = np.asarray(vector, dtype=np.float64)
     if array.ndim != 1 or array.size == 0:
-        raise InvalidVectorError(f"{name} has shape {array.shape}; expected a non-empty 1-D vector.")
+        raise InvalidVectorError(
+            f"{name} has shape {array.shape}; expected a non-empty 1-D vector."
+        )
     units, usable = unit_rows(array[None, :])
     if not usable[0]:
         problem = "NaN or infinite values" if not np.isfinite(array).all() else "zero length"

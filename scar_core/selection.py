@@ -33,7 +33,13 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.scoring import boundary_penalty, expansion_score, paper_threshold, unit_rows, unit_vector
+from scar_core.scoring import (
+    boundary_penalty,
+    expansion_score,
+    paper_threshold,
+    unit_rows,
+    unit_vector,
+)
 from scar_core.settings import BudgetSettings, Direction, PaperSettings
 
 __all__ = [

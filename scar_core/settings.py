@@ -49,7 +49,9 @@ def default_keep(k: int) -> int:
 
 def _check_int(name: str, value: object, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidSettingsError(f"{name}={value!r} is not valid; it must be an integer >= {minimum}.")
+        raise InvalidSettingsError(
+            f"{name}={value!r} is not valid; it must be an integer >= {minimum}."
+        )
     return value
 
 

@@ -1,0 +1,298 @@
+r"""Benchmark readers: queries whose gold evidence is given as character spans into documents.
+
+Two formats are read; keys a reader does not know are ignored in both.
+
+**LegalBench-RAG** (``--format legalbench``): a JSON file and a corpus folder::
+
+    {"tests": [{"query": "...",
+                "snippets": [{"file_path": "contractnli/NDA.txt", "span": [120, 480],
+                              "answer": "text[120:480]"}]}]}
+
+``file_path`` is relative to the corpus folder and used exactly as written (spaces, ``&``, ``:`` and
+non-ASCII characters are fine), but it must stay inside that folder: a path that resolves outside it
+(``../secret.txt``, an absolute path, a symlink pointing out) is refused. A document is the file
+read as UTF-8 with universal newlines. ``span`` is a half-open range ``[start, end)`` of characters
+(not bytes). ``answer`` is optional; when present it must equal ``text[start:end]``.
+
+**JSONL** (``--format jsonl``): ``queries.jsonl`` and ``corpus.jsonl`` (or a folder holding it), one
+JSON object per line, blank lines skipped::
+
+    corpus.jsonl:   {"id": "policy-1", "text": "..."}
+    queries.jsonl:  {"query": "...", "snippets": [{"doc_id": "policy-1", "span": [0, 42]}]}
+
+A benchmark holds only the documents its queries name. Every error is a
+:class:`~scar_core.errors.DataFormatError` naming the file, the query and the value at fault.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from scar_core.errors import DataFormatError
+
+__all__ = [
+    "Benchmark",
+    "EvalQuery",
+    "EvidenceSpan",
+    "load_benchmark",
+    "read_jsonl_benchmark",
+    "read_legalbench",
+]
+
+BenchmarkFormat = Literal["legalbench", "jsonl"]
+
+
+@dataclass(frozen=True)
+class EvidenceSpan:
+    """A half-open range ``[start, end)`` of characters of one document that holds evidence."""
+
+    document_id: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class EvalQuery:
+    """One benchmark question and its gold evidence.
+
+    Attributes:
+        index: Zero-based position of the query in its benchmark file.
+        text: The question.
+        spans: The gold evidence, in file order.
+    """
+
+    index: int
+    text: str
+    spans: tuple[EvidenceSpan, ...]
+
+    @property
+    def document_ids(self) -> tuple[str, ...]:
+        """The documents the evidence lies in, in order of first mention."""
+        return tuple(dict.fromkeys(span.document_id for span in self.spans))
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """Queries with gold spans, and the text of every document they name.
+
+    Attributes:
+        name: A short label for reports (the benchmark file's stem by default).
+        documents: ``document id -> text``, in order of first mention by the queries.
+        queries: The queries, in file order.
+    """
+
+    name: str
+    documents: Mapping[str, str]
+    queries: tuple[EvalQuery, ...]
+
+
+def _require_file(path: Path, what: str) -> None:
+    if not path.is_file():
+        problem = "does not exist" if not path.exists() else "is not a file"
+        raise DataFormatError(f"{what} {str(path)!r} {problem}.")
+
+
+def _parse_query(
+    raw: object, index: int, source: str, document_text: Callable[[str, str], str], keys: tuple[str, ...]
+) -> EvalQuery:
+    """Validate one query object; ``document_text(doc_id, where)`` returns a document's text."""
+    if not isinstance(raw, dict):
+        raise DataFormatError(f"{source}: query {index} is a {type(raw).__name__}; expected an object.")
+    text = raw.get("query")
+    if not isinstance(text, str) or not text.strip():
+        raise DataFormatError(f"{source}: query {index}: 'query' must be a non-empty string, not {text!r}.")
+    name = f"query {index} ({text[:60]!r})"
+    snippets = raw.get("snippets")
+    if not isinstance(snippets, list) or not snippets:
+        raise DataFormatError(
+            f"{source}: {name} has no evidence; 'snippets' must be a non-empty list of "
+            f'{{"{keys[0]}": ..., "span": [start, end]}}.'
+        )
+    spans: list[EvidenceSpan] = []
+    for number, snippet in enumerate(snippets):
+        where = f"{source}: {name}, snippet {number}"
+        if not isinstance(snippet, dict):
+            raise DataFormatError(f"{where} is a {type(snippet).__name__}; expected an object.")
+        document_id = next((snippet[key] for key in keys if key in snippet), None)
+        if not isinstance(document_id, str) or not document_id:
+            raise DataFormatError(f"{where} names no document; give {' or '.join(map(repr, keys))}.")
+        where = f"{where}, file {document_id!r}"
+        span = snippet.get("span")
+        if not (
+            isinstance(span, list)
+            and len(span) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+        ):
+            raise DataFormatError(f"{where}: span {span!r} must be [start, end] with two integers.")
+        start, end = span
+        document = document_text(document_id, where)
+        if not 0 <= start < end <= len(document):
+            raise DataFormatError(
+                f"{where}: span [{start}, {end}] is out of range; it must satisfy "
+                f"0 <= start < end <= {len(document)} (the document's length in characters)."
+            )
+        answer = snippet.get("answer")
+        if answer is not None and answer != document[start:end]:
+            raise DataFormatError(
+                f"{where}: the answer starts {str(answer)[:40]!r} but the text at span "
+                f"[{start}, {end}] starts {document[start : start + 40]!r}. Spans count characters "
+                "(not bytes) of the text read with universal newlines."
+            )
+        spans.append(EvidenceSpan(document_id, start, end))
+    return EvalQuery(index=index, text=text, spans=tuple(spans))
+
+
+def read_legalbench(
+    benchmark_path: str | Path, corpus_dir: str | Path, *, name: str | None = None
+) -> Benchmark:
+    """Read a LegalBench-RAG benchmark JSON and the corpus files its queries name.
+
+    Args:
+        benchmark_path: The ``{"tests": [...]}`` file.
+        corpus_dir: The folder that ``file_path`` values are relative to.
+        name: Label for reports; the benchmark file's stem by default.
+
+    Raises:
+        DataFormatError: If a file is missing or malformed, a ``file_path`` leads outside
+            ``corpus_dir``, a span is out of range or an answer does not match its span.
+    """
+    benchmark_path, corpus_dir = Path(benchmark_path), Path(corpus_dir)
+    _require_file(benchmark_path, "the benchmark file")
+    if not corpus_dir.is_dir():
+        raise DataFormatError(
+            f"the corpus folder {str(corpus_dir)!r} does not exist or is not a folder; give the "
+            "folder that file_path values are relative to (use --format jsonl for corpus.jsonl)."
+        )
+    root = corpus_dir.resolve()
+    source = str(benchmark_path)
+    try:
+        payload = json.loads(benchmark_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataFormatError(f"{source} is not valid UTF-8 JSON: {exc}") from exc
+    tests = payload.get("tests") if isinstance(payload, dict) else None
+    if not isinstance(tests, list) or not tests:
+        raise DataFormatError(f'{source} has no non-empty "tests" list; expected {{"tests": [...]}}.')
+    documents: dict[str, str] = {}
+
+    def document_text(document_id: str, where: str) -> str:
+        if document_id not in documents:
+            path = (corpus_dir / document_id).resolve()
+            if not path.is_relative_to(root):
+                raise DataFormatError(
+                    f"{where}: file_path {document_id!r} resolves to {str(path)!r}, outside the "
+                    f"corpus folder {str(root)!r}; file_path must name a file inside the corpus."
+                )
+            if not path.is_file():
+                raise DataFormatError(f"{where}: no such file in the corpus folder: {str(path)!r}.")
+            try:
+                documents[document_id] = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataFormatError(f"{where}: the file is not UTF-8 text ({exc}).") from exc
+        return documents[document_id]
+
+    queries = tuple(
+        _parse_query(raw, index, source, document_text, ("file_path",))
+        for index, raw in enumerate(tests)
+    )
+    return Benchmark(name=name or benchmark_path.stem, documents=documents, queries=queries)
+
+
+def _jsonl_rows(path: Path) -> list[tuple[int, object]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise DataFormatError(f"{str(path)!r} is not UTF-8 text ({exc}).") from exc
+    rows: list[tuple[int, object]] = []
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                rows.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise DataFormatError(f"{str(path)!r}, line {number}: not valid JSON ({exc}).") from exc
+    return rows
+
+
+def read_jsonl_benchmark(
+    queries_path: str | Path, corpus_path: str | Path, *, name: str | None = None
+) -> Benchmark:
+    """Read the JSONL format: ``queries.jsonl`` and ``corpus.jsonl`` (see the module docstring).
+
+    Args:
+        queries_path: The queries file.
+        corpus_path: The corpus file, or a folder holding ``corpus.jsonl``.
+        name: Label for reports; the queries file's stem by default.
+
+    Raises:
+        DataFormatError: If a file is missing or malformed, a document id repeats or is unknown,
+            a span is out of range or an answer does not match its span.
+    """
+    queries_path, corpus_path = Path(queries_path), Path(corpus_path)
+    if corpus_path.is_dir():
+        corpus_path = corpus_path / "corpus.jsonl"
+    _require_file(queries_path, "the queries file")
+    _require_file(corpus_path, "the corpus file")
+    corpus: dict[str, str] = {}
+    for number, row in _jsonl_rows(corpus_path):
+        where = f"{str(corpus_path)!r}, line {number}"
+        document_id = row.get("id") if isinstance(row, dict) else None
+        text = row.get("text") if isinstance(row, dict) else None
+        if not isinstance(document_id, str) or not document_id or not isinstance(text, str):
+            raise DataFormatError(
+                f'{where}: expected {{"id": non-empty string, "text": string}}, got {str(row)[:80]}.'
+            )
+        if document_id in corpus:
+            raise DataFormatError(f"{where}: document id {document_id!r} appears twice.")
+        corpus[document_id] = text
+    documents: dict[str, str] = {}
+
+    def document_text(document_id: str, where: str) -> str:
+        if document_id not in corpus:
+            raise DataFormatError(f"{where}: no document with this id in {str(corpus_path)!r}.")
+        documents[document_id] = corpus[document_id]
+        return corpus[document_id]
+
+    source = str(queries_path)
+    rows = _jsonl_rows(queries_path)
+    if not rows:
+        raise DataFormatError(f"{source} holds no queries.")
+    queries = tuple(
+        _parse_query(raw, index, source, document_text, ("doc_id", "file_path"))
+        for index, (_, raw) in enumerate(rows)
+    )
+    return Benchmark(name=name or queries_path.stem, documents=documents, queries=queries)
+
+
+def load_benchmark(
+    benchmark_path: str | Path,
+    corpus_path: str | Path,
+    *,
+    data_format: BenchmarkFormat | None = None,
+    name: str | None = None,
+) -> Benchmark:
+    """Read a benchmark in either format.
+
+    Args:
+        benchmark_path: The LegalBench-RAG JSON or the ``queries.jsonl`` file.
+        corpus_path: The corpus folder, or ``corpus.jsonl``.
+        data_format: ``"legalbench"`` or ``"jsonl"``; when omitted, ``"jsonl"`` if either path
+            ends in ``.jsonl`` or the corpus folder holds ``corpus.jsonl``, else ``"legalbench"``.
+        name: Label for reports.
+
+    Raises:
+        DataFormatError: If the format is unknown or the data is malformed.
+    """
+    benchmark_path, corpus_path = Path(benchmark_path), Path(corpus_path)
+    if data_format is None:
+        jsonl = ".jsonl" in (benchmark_path.suffix.lower(), corpus_path.suffix.lower()) or (
+            corpus_path / "corpus.jsonl"
+        ).is_file()
+        data_format = "jsonl" if jsonl else "legalbench"
+    if data_format == "jsonl":
+        return read_jsonl_benchmark(benchmark_path, corpus_path, name=name)
+    if data_format == "legalbench":
+        return read_legalbench(benchmark_path, corpus_path, name=name)
+    raise DataFormatError(f"format {data_format!r} is not known; use 'legalbench' or 'jsonl'.")

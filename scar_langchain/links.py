@@ -1,0 +1,121 @@
+"""Chunk ids and previous/next links in LangChain ``Document`` metadata.
+
+LangChain's splitters record neither a chunk's id nor its neighbours. :func:`link_chunks` gives
+each chunk a stable id and the ids of the chunks before and after it, in metadata, so any store
+that keeps metadata keeps the links too.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import Any
+
+from langchain_core.documents import Document
+
+from scar_core.errors import DataFormatError
+from scar_core.links import link_sequence
+
+__all__ = [
+    "CHUNK_ID_KEY",
+    "DOCUMENT_ID_KEY",
+    "NEXT_ID_KEY",
+    "POSITION_KEY",
+    "PREVIOUS_ID_KEY",
+    "link_chunks",
+    "links_of",
+]
+
+#: Metadata keys :func:`link_chunks` writes.
+CHUNK_ID_KEY = "scar_chunk_id"
+DOCUMENT_ID_KEY = "scar_document_id"
+POSITION_KEY = "scar_position"
+PREVIOUS_ID_KEY = "scar_prev_id"
+NEXT_ID_KEY = "scar_next_id"
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def links_of(metadata: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    """Return the ``(previous id, next id)`` a chunk's metadata names; ``None`` where absent."""
+    metadata = metadata or {}
+    return _text(metadata.get(PREVIOUS_ID_KEY)), _text(metadata.get(NEXT_ID_KEY))
+
+
+def chunk_id_of(document: Document) -> str | None:
+    """Return a chunk's id: ``Document.id``, else the id :func:`link_chunks` put in metadata."""
+    return _text(document.id) or _text((document.metadata or {}).get(CHUNK_ID_KEY))
+
+
+def link_chunks(
+    documents: Iterable[Document], *, document_id_key: str = "source"
+) -> list[Document]:
+    """Give split chunks stable ids and previous/next links, ready for a vector store.
+
+    Chunks are grouped by ``metadata[document_id_key]`` and keep, inside a document, the order in
+    which they arrive (the order a splitter emits them). Each chunk gets, in a copy of its
+    metadata, its id (a UUID-5 of the document id and position, so re-ingesting gives the same
+    ids), its document id, its position and the ids of its previous and next chunks;
+    ``Document.id`` is set to the chunk id. Where the splitter recorded ``start_index`` and it
+    goes backwards inside one document id (the next page of a PDF, say), the chain is cut there.
+
+    Args:
+        documents: Chunks in reading order, as a splitter returns them. Pass all the chunks of a
+            document in one call: positions restart at zero on every call.
+        document_id_key: Metadata key naming each chunk's document (LangChain's loaders write
+            ``"source"``).
+
+    Returns:
+        New documents in the input order; the input is not modified. Store them with
+        ``vectorstore.add_documents(chunks, ids=[c.id for c in chunks])``.
+
+    Raises:
+        DataFormatError: If a chunk has no usable ``metadata[document_id_key]``.
+
+    Example:
+        >>> chunks = link_chunks([Document("One.", metadata={"source": "a"}),
+        ...                       Document("Two.", metadata={"source": "a"})])
+        >>> chunks[0].metadata["scar_next_id"] == chunks[1].id
+        True
+    """
+    inputs = list(documents)
+    members: dict[str, list[int]] = {}
+    for index, document in enumerate(inputs):
+        value = (document.metadata or {}).get(document_id_key)
+        if value is None or (isinstance(value, str) and not value):
+            raise DataFormatError(
+                f"chunk {index} has no metadata[{document_id_key!r}]; set it to the chunk's "
+                "document (loaders write 'source'), or pass document_id_key=... naming the key "
+                "that identifies documents."
+            )
+        members.setdefault(str(value), []).append(index)
+    linked: dict[int, Document] = {}
+    for document_id, indices in members.items():
+        starts = [(inputs[i].metadata or {}).get("start_index") for i in indices]
+        joins = [
+            not (isinstance(a, int) and isinstance(b, int) and b <= a)
+            for a, b in itertools.pairwise(starts)
+        ]
+        for index, links in zip(
+            indices, link_sequence(document_id, len(indices), joins), strict=True
+        ):
+            metadata = {
+                key: value
+                for key, value in (inputs[index].metadata or {}).items()
+                if key not in (PREVIOUS_ID_KEY, NEXT_ID_KEY)
+            }
+            metadata |= {
+                CHUNK_ID_KEY: links.chunk_id,
+                DOCUMENT_ID_KEY: document_id,
+                POSITION_KEY: links.position,
+            }
+            if links.previous_id:
+                metadata[PREVIOUS_ID_KEY] = links.previous_id
+            if links.next_id:
+                metadata[NEXT_ID_KEY] = links.next_id
+            linked[index] = Document(
+                id=links.chunk_id, page_content=inputs[index].page_content, metadata=metadata
+            )
+    return [linked[index] for index in range(len(inputs))]

@@ -1,0 +1,323 @@
+"""``SCARRetriever``: a drop-in for ``vectorstore.as_retriever()`` that returns better chunks."""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.vectorstores import VectorStore
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+
+from scar_core.cache import EmbeddingCache
+from scar_core.driver import QueryDriver
+from scar_core.errors import InvalidSettingsError, NeighborFetchError
+from scar_core.passages import stitch
+from scar_core.selection import Chunk
+from scar_core.settings import DEFAULT_K, BudgetSettings, Direction, PaperSettings
+from scar_langchain.links import (
+    CHUNK_ID_KEY,
+    NEXT_ID_KEY,
+    POSITION_KEY,
+    PREVIOUS_ID_KEY,
+    chunk_id_of,
+    links_of,
+)
+from scar_langchain.stores import StoreReader, reader_for
+
+__all__ = ["SCARRetriever"]
+
+_BUDGET_ONLY = ("keep", "continuity_bonus")
+_PAPER_ONLY = ("gamma", "window", "direction")
+#: Per-chunk keys that do not describe a stitched passage.
+_CHUNK_KEYS = {CHUNK_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY, "_id", "_collection_name"}
+_warned_stores: weakref.WeakSet[VectorStore] = weakref.WeakSet()
+
+
+class SCARRetriever(BaseRetriever):
+    """Retrieve ``k`` chunks like ``vectorstore.as_retriever()``, spent on better evidence.
+
+    Budget mode (the default) returns exactly ``k`` Documents, one per chunk, like
+    ``as_retriever(search_kwargs={"k": k})``: the best retrieved chunks are kept, and each further
+    slot goes either to the next hit or to a neighbour that continues a kept chunk, whichever bids
+    higher. ``mode="paper"`` applies the paper's rule to ``k`` seeds instead, and the count varies.
+
+    Documents come passage by passage (passages by their best hit's rank, chunks in document
+    order). Metadata adds ``scar_passage``, ``scar_origin`` (``"hit"`` or ``"neighbor"``),
+    ``scar_score``, ``scar_seed_id``, ``scar_decision`` (for a neighbour: relevance, boundary
+    penalty, score and threshold), ``scar_expanded`` and ``scar_embedded`` (chunks this query had
+    to embed because the store did not return their vectors).
+
+    Setup:
+        Index chunks with links: ``link_chunks`` gives each chunk a stable id and its neighbours'
+        ids in metadata (``pip install 'scar-retrieval[langchain]'``).
+
+    Key init args:
+        vectorstore: The store to search; its ``embeddings`` embed the query.
+        k: Chunks returned (budget mode) or seeds expanded (paper mode). Default 4.
+        mode: ``"budget"`` (default) or ``"paper"``.
+        search_kwargs: Passed to the store's search, e.g. ``{"filter": ...}``.
+        merge_passages: Return each passage as one stitched Document (at most ``k`` of them,
+            holding exactly ``k`` chunks in budget mode).
+        keep, continuity_bonus: Budget mode only: hits always kept (default grows with ``k``)
+            and the bonus a continuing neighbour gets (0.2, for MiniLM-scale cosines).
+        lambda_: Boundary-penalty weight, both modes (0.1).
+        gamma, window, direction: Paper mode only (0.8, 1, ``"both"``).
+
+    Instantiate:
+        .. code-block:: python
+
+            from scar_langchain import SCARRetriever, link_chunks
+
+            chunks = link_chunks(splitter.split_documents(docs))
+            vectorstore.add_documents(chunks, ids=[c.id for c in chunks])
+            retriever = SCARRetriever(vectorstore=vectorstore, k=10)
+
+    Usage:
+        .. code-block:: python
+
+            docs = retriever.invoke("How long is CCTV footage kept?")
+            docs = retriever.invoke("...", k=5)  # another budget for one call
+
+    Use within a chain:
+        .. code-block:: python
+
+            chain = {"context": retriever, "question": RunnablePassthrough()} | prompt | llm
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    vectorstore: VectorStore
+    k: int = Field(
+        default=DEFAULT_K, ge=1, description="Chunks returned (budget) or seeds (paper)."
+    )
+    mode: Literal["budget", "paper"] = "budget"
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
+    merge_passages: bool = False
+    keep: int | None = Field(default=None, ge=1, description="Budget mode: hits always kept.")
+    continuity_bonus: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    lambda_: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    gamma: float | None = Field(default=None, gt=0, le=1, description="Paper mode: threshold.")
+    window: int | None = Field(default=None, ge=1, description="Paper mode: steps from a seed.")
+    direction: Direction | None = None
+    embedding_cache: EmbeddingCache | None = Field(
+        default=None, description="Where embedded chunk vectors are kept (default on disk)."
+    )
+
+    _reader: StoreReader = PrivateAttr()
+    _warned_unlinked: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="after")
+    def _settings_fit_the_mode(self) -> SCARRetriever:
+        given = self.model_fields_set
+        wrong, fix = (
+            (_PAPER_ONLY, "pass mode='paper' to use the paper's rule")
+            if self.mode == "budget"
+            else (_BUDGET_ONLY, "drop it, or use the default mode='budget'")
+        )
+        for name in wrong:
+            if name in given and getattr(self, name) is not None:
+                raise InvalidSettingsError(
+                    f"{name}={getattr(self, name)!r} does not apply to mode={self.mode!r}; {fix}."
+                )
+        if "k" in self.search_kwargs:
+            raise InvalidSettingsError(
+                "search_kwargs must not hold 'k': SCARRetriever sets the search's k itself; "
+                "pass SCARRetriever(k=...) instead."
+            )
+        if getattr(self.vectorstore, "embeddings", None) is None:
+            raise InvalidSettingsError(
+                f"{type(self.vectorstore).__name__} exposes no `embeddings`, so SCAR cannot embed "
+                "the query; create the store with an Embeddings object."
+            )
+        self._settings(self.k)  # range checks the pydantic constraints cannot express
+        self._reader = reader_for(self.vectorstore)
+        return self
+
+    def _settings(self, k: int) -> BudgetSettings | PaperSettings:
+        shared: dict[str, Any] = {"k": k} | (
+            {"lambda_": self.lambda_} if self.lambda_ is not None else {}
+        )
+        if self.mode == "paper":
+            extra = {n: getattr(self, n) for n in _PAPER_ONLY if getattr(self, n) is not None}
+            return PaperSettings(**shared, **extra)
+        extra = {n: getattr(self, n) for n in _BUDGET_ONLY if getattr(self, n) is not None}
+        if self.keep is not None and self.keep > k:
+            extra["keep"] = k  # a smaller per-call k keeps at most k hits
+        return BudgetSettings(**shared, **extra)
+
+    # The sync and async shells: the same steps, with the store's sync or async reads.
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        k = self._call_k(kwargs)
+        vector = self.vectorstore.embeddings.embed_query(query)  # type: ignore[union-attr]
+        hits = self.vectorstore.similarity_search_by_vector(vector, k=k, **self.search_kwargs)
+        driver, embedded = self._start(vector, hits, k)
+        documents = {d.id: d for d in hits if d.id}
+        while ids := driver.wanted():
+            try:
+                found = self._reader.read(ids)
+            except Exception as error:
+                raise self._fetch_error(ids, error) from error
+            embedded += self._receive(driver, found, documents)
+        return self._documents(driver, documents, embedded)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        k = self._call_k(kwargs)
+        vector = await self.vectorstore.embeddings.aembed_query(query)  # type: ignore[union-attr]
+        hits = await self.vectorstore.asimilarity_search_by_vector(
+            vector, k=k, **self.search_kwargs
+        )
+        driver, embedded = self._start(vector, hits, k)
+        documents = {d.id: d for d in hits if d.id}
+        while ids := driver.wanted():
+            try:
+                found = await self._reader.aread(ids)
+            except Exception as error:
+                raise self._fetch_error(ids, error) from error
+            embedded += self._receive(driver, found, documents)
+        return self._documents(driver, documents, embedded)
+
+    # The steps both shells share.
+
+    def _call_k(self, kwargs: dict[str, Any]) -> int:
+        unknown = set(kwargs) - {"k"}
+        if unknown:
+            raise InvalidSettingsError(
+                f"invoke() got {sorted(unknown)}; only k=... may change per call. Set other "
+                "settings on the retriever (search filters go in search_kwargs)."
+            )
+        k = kwargs.get("k", self.k)
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise InvalidSettingsError(f"k={k!r} is not valid; it must be an integer >= 1.")
+        return k
+
+    def _start(
+        self, vector: Sequence[float], hits: list[Document], k: int
+    ) -> tuple[QueryDriver, int]:
+        for rank, document in enumerate(hits):
+            if document.id is None:
+                document.id = chunk_id_of(document) or f"scar-unidentified-hit-{rank}"
+        linked = any(any(links_of(d.metadata)) for d in hits)
+        if hits and not linked and not self._warned_unlinked:
+            self._warned_unlinked = True
+            warnings.warn(
+                f"None of the chunks {type(self.vectorstore).__name__} returned carries neighbour "
+                "links, so SCAR returns plain top-k. Index chunks with "
+                "scar_langchain.link_chunks(...), or link an existing store with "
+                "scar_langchain.link_store(...).",
+                stacklevel=4,
+            )
+        chunks = [Chunk(d.id or "", None, *links_of(d.metadata)) for d in hits]
+        return QueryDriver(vector, chunks, self._settings(k)), 0
+
+    def _receive(
+        self,
+        driver: QueryDriver,
+        found: dict[str, tuple[Document, Any]],
+        documents: dict[str, Document],
+    ) -> int:
+        """Hand one read to the driver, embedding the chunks whose vectors the store did not give."""
+        lacking = [i for i, (_, vector) in found.items() if vector is None]
+        vectors = {i: vector for i, (_, vector) in found.items()}
+        if lacking:
+            vectors |= dict(
+                zip(lacking, self._embed([found[i][0].page_content for i in lacking]), strict=True)
+            )
+        for chunk_id, (document, _) in found.items():
+            documents.setdefault(chunk_id, document)
+        driver.receive(Chunk(i, vectors[i], *links_of(d.metadata)) for i, (d, _) in found.items())
+        return len(lacking)
+
+    def _embed(self, texts: list[str]) -> Any:
+        store = self.vectorstore
+        if store not in _warned_stores:
+            _warned_stores.add(store)
+            warnings.warn(
+                f"{type(store).__name__} does not return stored vectors to SCAR, so chunk texts "
+                "are embedded at query time (once each, then cached on disk). Use a store SCAR "
+                "reads vectors from (InMemory, FAISS, PGVector, Chroma, Qdrant) to avoid it.",
+                stacklevel=5,
+            )
+        embeddings: Embeddings = store.embeddings  # type: ignore[assignment]
+        cache = self.embedding_cache or EmbeddingCache()
+        matrix, _ = cache.embed(_embedding_key(embeddings), texts, embeddings.embed_documents)
+        return list(matrix)
+
+    def _fetch_error(self, ids: Sequence[str], error: Exception) -> NeighborFetchError:
+        return NeighborFetchError(
+            f"{type(self.vectorstore).__name__} failed while SCAR read {len(ids)} chunks: {error}"
+        )
+
+    def _documents(
+        self, driver: QueryDriver, documents: dict[str, Document], embedded: int
+    ) -> list[Document]:
+        expanded = any(any(links_of(documents[h].metadata)) for h in driver.hit_ids)
+        selection = driver.result()
+        common = {"scar_expanded": expanded, "scar_embedded": embedded}
+        out: list[Document] = []
+        for passage_index, passage in enumerate(selection.passages):
+            records = [selection.get(c) for c in passage]
+            if self.merge_passages:
+                best = min((r for r in records if r), key=lambda r: r.seed_rank)
+                source = documents[best.seed_id]
+                metadata = {k: v for k, v in source.metadata.items() if k not in _CHUNK_KEYS}
+                texts = [documents[c].page_content for c in passage]
+                starts = [documents[c].metadata.get("start_index") for c in passage]
+                metadata |= common | {
+                    "scar_passage": passage_index,
+                    "scar_chunk_ids": list(passage),
+                    "scar_score": best.score,
+                    "start_index": starts[0],
+                }
+                usable = [s if isinstance(s, int) else None for s in starts]
+                out.append(Document(page_content=stitch(texts, usable), metadata=metadata))
+                continue
+            for chunk_id, record in zip(passage, records, strict=True):
+                assert record is not None
+                trace: dict[str, Any] = {
+                    "scar_passage": passage_index,
+                    "scar_origin": record.origin,
+                    "scar_score": record.score,
+                    "scar_seed_id": record.seed_id,
+                }
+                if record.decision is not None:
+                    d = record.decision
+                    trace["scar_decision"] = {
+                        "relevance": d.relevance,
+                        "boundary_penalty": d.boundary_penalty,
+                        "score": d.score,
+                        "threshold": d.threshold,
+                    }
+                source = documents[chunk_id]
+                out.append(
+                    Document(
+                        id=chunk_id,
+                        page_content=source.page_content,
+                        metadata=dict(source.metadata) | common | trace,
+                    )
+                )
+        return out
+
+
+def _embedding_key(embeddings: Embeddings) -> str:
+    """A cache key naming the embedding model as precisely as its attributes allow."""
+    kind = f"{type(embeddings).__module__}.{type(embeddings).__qualname__}"
+    details = [
+        f"{name}={getattr(embeddings, name)}"
+        for name in ("model", "model_name", "deployment", "dimensions", "size")
+        if getattr(embeddings, name, None) is not None
+    ]
+    return f"{kind}({','.join(details)})"

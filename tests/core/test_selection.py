@@ -1,0 +1,219 @@
+"""The selections against naive loops written straight from the rules, plus their invariants."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scar_core import (
+    BudgetSettings,
+    Chunk,
+    InvalidSettingsError,
+    InvalidVectorError,
+    PaperSettings,
+    QueryDriver,
+    budget_select,
+    link_sequence,
+    paper_expand,
+    select,
+)
+
+
+def cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def corpus(seed: int, documents: int = 3, length: int = 8, dim: int = 6):
+    rng = np.random.default_rng(seed)
+    chunks: dict[str, Chunk] = {}
+    for d in range(documents):
+        for link in link_sequence(f"doc{d}", length):
+            vector = rng.normal(size=dim)
+            chunks[link.chunk_id] = Chunk(link.chunk_id, vector, link.previous_id, link.next_id)
+    query = rng.normal(size=dim)
+    ranked = sorted(chunks, key=lambda c: -cos(query, chunks[c].vector))
+    return query, ranked, chunks
+
+
+def naive_paper(query, ranked, chunks, k, lam, gamma, window):
+    seeds = ranked[:k]
+    chosen = list(seeds)
+    for seed in seeds:
+        bar = gamma * cos(query, chunks[seed].vector)
+        for attr in ("previous_id", "next_id"):
+            via = seed
+            for _ in range(window):
+                n = getattr(chunks[via], attr)
+                if n is None:
+                    break
+                if n not in chosen:
+                    s = cos(query, chunks[n].vector) - lam * (1 - cos(chunks[via].vector, chunks[n].vector))
+                    if not s > bar:
+                        break
+                    chosen.append(n)
+                via = n
+    return chosen
+
+
+def naive_budget(query, ranked, chunks, k, keep, alpha, lam, window):
+    hits = ranked[:k]
+    chosen = {h: 0 for h in hits[:keep]}
+    while len(chosen) < k:
+        bids = {}
+        for via, distance in chosen.items():
+            if distance >= window:
+                continue
+            for n in (chunks[via].previous_id, chunks[via].next_id):
+                if n is None or n in chosen:
+                    continue
+                s = cos(query, chunks[n].vector) - lam * (1 - cos(chunks[via].vector, chunks[n].vector))
+                if n not in bids or s + alpha > bids[n][0]:
+                    bids[n] = (s + alpha, distance + 1)
+        free = [h for h in hits if h not in chosen]
+        hit_bid = cos(query, chunks[free[0]].vector) if free else -math.inf
+        best = max(bids, key=lambda n: bids[n][0], default=None)
+        if best is not None and bids[best][0] > hit_bid:
+            chosen[best] = bids[best][1]
+        elif free:
+            chosen[free[0]] = 0
+        else:
+            break
+    return list(chosen)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_paper_rule_equals_the_naive_loop(seed: int) -> None:
+    query, ranked, chunks = corpus(seed)
+    for gamma, window in ((0.8, 1), (0.3, 2), (0.1, 3)):
+        got = paper_expand(query, ranked, chunks, PaperSettings(k=3, gamma=gamma, window=window))
+        want = naive_paper(query, ranked, chunks, 3, 0.1, gamma, window)
+        assert [s.chunk_id for s in got.selected] == want
+        assert sorted(got.chunk_ids) == sorted(want)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_budget_auction_equals_the_naive_loop(seed: int) -> None:
+    query, ranked, chunks = corpus(seed)
+    for k, keep, alpha, window in ((4, 1, 0.2, 2), (7, 3, 0.5, 3), (10, 2, 0.0, 1), (12, 4, 1.0, 9)):
+        bs = BudgetSettings(k=k, keep=keep, continuity_bonus=alpha, window=window)
+        got = budget_select(query, ranked, chunks, bs)
+        want = naive_budget(query, ranked, chunks, k, keep, alpha, 0.1, window)
+        assert [s.chunk_id for s in got.selected] == want
+
+
+def test_hand_built_cosines_decide_as_the_formula_says() -> None:
+    # seed s = e1; neighbour n at 60 degrees from s; query = e1.
+    s = np.array([1.0, 0.0])
+    n = np.array([0.5, math.sqrt(3) / 2])
+    chunks = {"s": Chunk("s", s, None, "n"), "n": Chunk("n", n, "s", None)}
+    query = np.array([1.0, 0.0])
+    # S = cos(q, n) - 0.1 * (1 - cos(s, n)) = 0.5 - 0.05 = 0.45; threshold = gamma * 1.
+    accepted = paper_expand(query, ["s"], chunks, PaperSettings(k=1, gamma=0.44))
+    rejected = paper_expand(query, ["s"], chunks, PaperSettings(k=1, gamma=0.46))
+    assert accepted.chunk_ids == ["s", "n"]
+    assert rejected.chunk_ids == ["s"]
+    decision = accepted.decisions[0]
+    assert decision.score == pytest.approx(0.45)
+    assert decision.boundary_penalty == pytest.approx(0.5)
+    assert decision.threshold == pytest.approx(0.44)
+
+
+def test_budget_counts_and_keeps_hits() -> None:
+    query, ranked, chunks = corpus(3)
+    for k in range(1, 16):
+        selection = select(query, ranked, chunks, BudgetSettings(k=k))
+        assert len(selection.chunk_ids) == k
+        assert len(set(selection.chunk_ids)) == k
+        kept = BudgetSettings(k=k).kept
+        assert set(ranked[:kept]) <= set(selection.chunk_ids)
+
+
+def test_budget_returns_fewer_only_when_fewer_exist() -> None:
+    query, ranked, chunks = corpus(4, documents=1, length=3)
+    assert len(select(query, ranked, chunks, BudgetSettings(k=10)).chunk_ids) == 3
+
+
+def test_passages_are_in_document_order_and_ranked_by_best_hit() -> None:
+    query, ranked, chunks = corpus(5)
+    selection = select(query, ranked, chunks, BudgetSettings(k=10, continuity_bonus=0.6))
+    rank = {c: ranked.index(c) for c in chunks}
+    for passage in selection.passages:
+        for before, after in zip(passage, passage[1:], strict=False):
+            assert chunks[before].next_id == after
+    best = [min(rank[c] for c in p if selection.get(c).origin == "hit") for p in selection.passages]
+    assert best == sorted(best)
+
+
+@st.composite
+def queries(draw):
+    seed = draw(st.integers(0, 10_000))
+    mode = draw(st.sampled_from(["budget", "paper"]))
+    k = draw(st.integers(1, 12))
+    window = draw(st.integers(1, 4))
+    if mode == "paper":
+        chosen = PaperSettings(k=k, window=window, gamma=draw(st.floats(0.05, 1.0)))
+    else:
+        keep = draw(st.integers(1, k))
+        bonus = draw(st.floats(0.0, 1.0))
+        chosen = BudgetSettings(k=k, keep=keep, continuity_bonus=bonus, window=window)
+    return seed, chosen
+
+
+@settings(max_examples=60, deadline=None)
+@given(queries())
+def test_the_driver_reads_ring_by_ring_and_selects_what_the_full_graph_gives(case) -> None:
+    seed, chosen = case
+    query, ranked, chunks = corpus(seed)
+    hits = [Chunk(c, None, chunks[c].previous_id, chunks[c].next_id) for c in ranked[: chosen.k]]
+    driver = QueryDriver(query, hits, chosen)
+    while ids := driver.wanted():
+        driver.receive(chunks[i] for i in ids if i in chunks)
+    assert driver.reads <= chosen.window
+    assert driver.result().chunk_ids == select(query, ranked, chunks, chosen).chunk_ids
+
+
+def test_a_hit_without_a_usable_vector_keeps_its_place_and_is_never_lost() -> None:
+    query, ranked, chunks = corpus(6)
+    broken = dict(chunks)
+    broken[ranked[0]] = Chunk(ranked[0], [math.nan] * 6, chunks[ranked[0]].previous_id, None)
+    broken[ranked[1]] = Chunk(ranked[1], None, None, None)
+    selection = select(query, ranked, broken, BudgetSettings(k=4, keep=2))
+    assert ranked[0] in selection.chunk_ids and ranked[1] in selection.chunk_ids
+    assert len(selection.chunk_ids) == 4
+
+
+def test_a_neighbour_without_a_vector_is_reported_not_scored() -> None:
+    s = Chunk("s", [1.0, 0.0], None, "n")
+    n = Chunk("n", None, "s", None)
+    selection = paper_expand([1.0, 0.0], ["s"], {"s": s, "n": n}, PaperSettings(k=1))
+    assert selection.chunk_ids == ["s"]
+    assert selection.unscored == ("n",)
+
+
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        (lambda: BudgetSettings(k=0), "k=0"),
+        (lambda: BudgetSettings(k=3, keep=4), "keep=4"),
+        (lambda: BudgetSettings(continuity_bonus=-0.1), "continuity_bonus=-0.1"),
+        (lambda: BudgetSettings(lambda_=math.nan), "lambda_=nan"),
+        (lambda: BudgetSettings(direction="up"), "direction='up'"),  # type: ignore[arg-type]
+        (lambda: PaperSettings(gamma=1.5), "gamma=1.5"),
+        (lambda: PaperSettings(gamma=0), "gamma=0"),
+        (lambda: PaperSettings(window=0), "window=0"),
+        (lambda: PaperSettings(k=True), "k=True"),
+    ],
+)
+def test_bad_settings_name_the_value(make, named: str) -> None:
+    with pytest.raises(InvalidSettingsError, match=named.replace("(", r"\(")):
+        make()
+
+
+@pytest.mark.parametrize("query", [[0.0, 0.0], [math.nan, 1.0], [], [[1.0, 0.0]]])
+def test_a_bad_query_vector_is_refused(query) -> None:
+    with pytest.raises(InvalidVectorError, match="query vector"):
+        select(query, ["a"], {"a": Chunk("a", [1.0, 0.0])}, BudgetSettings(k=1))
