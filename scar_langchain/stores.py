@@ -165,7 +165,7 @@ class _QdrantReader(StoreReader):
 
 def reader_for(store: VectorStore) -> StoreReader:
     """Return the reader for ``store``'s type: the most direct public way to its vectors."""
-    if isinstance(store, InMemoryVectorStore):
+    if type(store) is InMemoryVectorStore:  # a subclass may keep its rows elsewhere
         return _InMemoryReader(store)
     kinds = {cls.__module__.split(".")[0] + "." + cls.__name__ for cls in type(store).__mro__}
     if "langchain_community.FAISS" in kinds:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from scar_core import (
@@ -51,7 +51,9 @@ def naive_paper(query, ranked, chunks, k, lam, gamma, window):
                 if n is None:
                     break
                 if n not in chosen:
-                    s = cos(query, chunks[n].vector) - lam * (1 - cos(chunks[via].vector, chunks[n].vector))
+                    s = cos(query, chunks[n].vector) - lam * (
+                        1 - cos(chunks[via].vector, chunks[n].vector)
+                    )
                     if not s > bar:
                         break
                     chosen.append(n)
@@ -70,7 +72,9 @@ def naive_budget(query, ranked, chunks, k, keep, alpha, lam, window):
             for n in (chunks[via].previous_id, chunks[via].next_id):
                 if n is None or n in chosen:
                     continue
-                s = cos(query, chunks[n].vector) - lam * (1 - cos(chunks[via].vector, chunks[n].vector))
+                s = cos(query, chunks[n].vector) - lam * (
+                    1 - cos(chunks[via].vector, chunks[n].vector)
+                )
                 if n not in bids or s + alpha > bids[n][0]:
                     bids[n] = (s + alpha, distance + 1)
         free = [h for h in hits if h not in chosen]
@@ -98,7 +102,12 @@ def test_paper_rule_equals_the_naive_loop(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(40))
 def test_budget_auction_equals_the_naive_loop(seed: int) -> None:
     query, ranked, chunks = corpus(seed)
-    for k, keep, alpha, window in ((4, 1, 0.2, 2), (7, 3, 0.5, 3), (10, 2, 0.0, 1), (12, 4, 1.0, 9)):
+    for k, keep, alpha, window in (
+        (4, 1, 0.2, 2),
+        (7, 3, 0.5, 3),
+        (10, 2, 0.0, 1),
+        (12, 4, 1.0, 9),
+    ):
         bs = BudgetSettings(k=k, keep=keep, continuity_bonus=alpha, window=window)
         got = budget_select(query, ranked, chunks, bs)
         want = naive_budget(query, ranked, chunks, k, keep, alpha, 0.1, window)
@@ -163,7 +172,6 @@ def queries(draw):
     return seed, chosen
 
 
-@settings(max_examples=60, deadline=None)
 @given(queries())
 def test_the_driver_reads_ring_by_ring_and_selects_what_the_full_graph_gives(case) -> None:
     seed, chosen = case

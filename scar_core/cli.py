@@ -1,0 +1,212 @@
+"""The ``scar`` command: ``scar eval`` and ``scar demo``.
+
+Importing this module loads argparse only; each command imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+_EVAL_DESCRIPTION = """\
+Measure SCAR against baselines on a benchmark with gold evidence spans, and write
+OUT/results.json (means per group, paired bootstrap, sweep), OUT/report.md (tables),
+OUT/per_query.jsonl (every query's scores) and OUT/pareto.png (recall against chunks).
+
+Data formats (unknown keys are ignored; spans are half-open [start, end) character ranges):
+  LegalBench-RAG: BENCHMARK = {"tests": [{"query": str, "snippets": [{"file_path": str,
+      "span": [start, end], "answer": str (optional)}]}]}; file_path is relative to the
+      --corpus folder and must stay inside it; files are read as UTF-8 with universal newlines.
+  JSONL: BENCHMARK = queries.jsonl, one {"query": str, "snippets": [{"doc_id": str,
+      "span": [start, end]}]} per line; --corpus = corpus.jsonl (or a folder holding it), one
+      {"id": str, "text": str} per line.
+Without BENCHMARK, the sample bundled with the package is evaluated.
+
+Methods (k is --k; B, W, S, N integers; G, L, A numbers):
+  topk, topB         the k (or B) best chunks of the query's scope, e.g. top10
+  budgetB            budget mode at B chunks: EXACTLY what SCARRetriever(vectorstore=vs, k=B)
+                     returns, i.e. select(q, B best ids, chunks, BudgetSettings(k=B))
+  budgetB_aA_sS_wW   research variants: continuity bonus A (0.2), S kept hits (default_keep(B)),
+                     window W (2); each part optional, e.g. budget10_a0.3, budget10_s2
+  default            the shipped default at --k: budget mode, BudgetSettings(k=k)
+  staticW            the k best chunks plus every chunk up to W steps away, e.g. static1
+  scarW, scarW_gG_lL the paper's rule: PaperSettings(k, window=W, gamma=G (0.8), lambda_=L (0.1)),
+                     e.g. scar1, scar1_g0.5, scar1_l0
+  parent, parentN    each of the k best chunks with its parent block (2000 or N characters)
+  topk_matched       per query, top-k' with k' = the chunks scar1 returned
+  topk_matched_NAME  the same, matched to method NAME, e.g. topk_matched_scar2
+
+--model: omitted = the bundled all-MiniLM-L6-v2 (offline); st:NAME or NAME = a
+sentence-transformers model or folder; openai:NAME (needs OPENAI_API_KEY); model2vec:PATH.
+"""
+
+_DEMO_DESCRIPTION = """\
+Run SCAR offline on the sample that ships with the package (a payments API reference, a
+data-retention policy and a services contract; 15 questions whose evidence mostly crosses chunk
+boundaries) with the bundled all-MiniLM-L6-v2. It compares the shipped default, SCARRetriever(k=K)
+(budget mode), with plain top-K at the same K, a static ±1 window and the paper's rule (scar1),
+one line per question, then the means. --verbose shows each question's chunks and every bid.
+"""
+
+
+def _add_eval(subparsers: Any) -> None:
+    from scar_core.eval.runner import DEFAULT_METHODS
+
+    parser = subparsers.add_parser(
+        "eval", help="measure SCAR against baselines on a benchmark with gold spans",
+        description=_EVAL_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    add = parser.add_argument
+    add("benchmark", nargs="?", metavar="BENCHMARK", help="LegalBench-RAG JSON or queries.jsonl")
+    add("--corpus", help="corpus folder, or corpus.jsonl (required with BENCHMARK)")
+    add("--format", dest="data_format", choices=("legalbench", "jsonl"), help="default: guessed")
+    add("--scope", choices=("document", "corpus"), default="document",
+        help="retrieve within the query's documents (default) or the whole corpus")  # fmt: skip
+    add("--k", type=int, default=5, help="k of topk, staticW, scarW and default (default 5)")
+    add("--chunk-size", type=int, default=500, help="characters per chunk (default 500)")
+    add("--chunk-overlap", type=int, default=0, help="characters (default 0)")
+    add("--methods", help=f"comma-separated names (default {','.join(DEFAULT_METHODS)})")
+    add("--reference", help="method compared with all others (default: default, else the first)")
+    add("--bootstrap", type=int, default=10_000, help="bootstrap resamples; 0 skips (default 10000)")
+    add("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    add("--no-sweep", action="store_true", help="skip the recall-against-chunks sweep and plot")
+    add("--no-plot", action="store_true", help="do not draw pareto.png")
+    add("--out", default="scar-eval", help="output folder (default ./scar-eval)")
+    _add_common(parser)
+    parser.set_defaults(handler=_run_eval)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="embedding model (default: the bundled all-MiniLM-L6-v2)")
+    parser.add_argument("--cache-dir", help="folder of the vector cache (default: the cache's own)")
+    parser.add_argument("--no-cache", action="store_true", help="embed everything, cache nothing")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+def _add_demo(subparsers: Any) -> None:
+    from scar_core.demo import DEMO_CHUNK_SIZE, DEMO_K
+
+    parser = subparsers.add_parser(
+        "demo", help="run SCAR offline on the bundled sample and show what it changes",
+        description=_DEMO_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("--k", type=int, default=DEMO_K, help=f"K, the budget (default {DEMO_K})")
+    parser.add_argument("--chunk-size", type=int, default=DEMO_CHUNK_SIZE,
+                        help=f"characters per chunk (default {DEMO_CHUNK_SIZE})")  # fmt: skip
+    parser.add_argument("--verbose", action="store_true", help="print every question's decisions")
+    parser.add_argument("--out", help="also write the eval outputs (results.json...) to this folder")
+    _add_common(parser)
+    parser.set_defaults(handler=_run_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the parser of the ``scar`` command."""
+    from scar_core import __version__
+
+    parser = argparse.ArgumentParser(prog="scar", description="Semantic Continuity-Aware Retrieval tools.")
+    parser.add_argument("--version", action="version", version=f"scar {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_eval(subparsers)
+    _add_demo(subparsers)
+    return parser
+
+
+def _cache(args: argparse.Namespace) -> Any:
+    if args.no_cache or (args.command == "demo" and args.cache_dir is None):
+        return None
+    from scar_core.cache import EmbeddingCache
+
+    return EmbeddingCache(directory=args.cache_dir)
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from scar_core.demo import load_sample
+    from scar_core.errors import DataFormatError
+    from scar_core.eval import EvalConfig, embedder_for, load_benchmark, run_evaluation, write_outputs
+    from scar_core.eval.runner import DEFAULT_METHODS
+
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip()) if args.methods else DEFAULT_METHODS
+    config = EvalConfig(
+        scope=args.scope, k=args.k, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap,
+        methods=methods, reference=args.reference, n_resamples=args.bootstrap, seed=args.seed,
+        sweep=not args.no_sweep,
+    )  # fmt: skip
+    from scar_core.eval.methods import REGISTRY
+
+    for name in methods:  # unknown names and bad settings fail before any embedding
+        REGISTRY.create(name, args.k)
+    if args.benchmark is None:
+        if args.corpus is not None:
+            raise DataFormatError("--corpus was given without a BENCHMARK file.")
+        benchmark = load_sample()
+    elif args.corpus is None:
+        raise DataFormatError("--corpus is required with a BENCHMARK: the corpus folder, or corpus.jsonl.")
+    else:
+        benchmark = load_benchmark(args.benchmark, args.corpus, data_format=args.data_format)
+    results = run_evaluation(
+        benchmark, embedder_for(args.model), config, cache=_cache(args), show_progress=not args.no_progress
+    )
+    results.config.update(benchmark_path=args.benchmark, corpus_path=args.corpus, model=args.model)
+    written = write_outputs(results, args.out, plot=not args.no_plot)
+    for group in ("fragmented", "all"):
+        summaries = results.summary(group)
+        print(f"\n{group} (n = {int(results.prepared.group_mask(group).sum())})")
+        print(f"  {'method':<24}{'recall':>8}{'chars':>8}{'chunks':>8}{'tokens':>8}")
+        for name, s in summaries.items():
+            tokens = "–" if s.tokens is None else f"{s.tokens:.0f}"
+            print(f"  {name:<24}{s.recall:>8.3f}{s.char_recall:>8.3f}{s.chunks:>8.2f}{tokens:>8}")
+    print(f"\nwrote {', '.join(str(p) for p in written.values())}")
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from scar_core.demo import format_demo, run_demo
+    from scar_core.eval import embedder_for, write_outputs
+
+    embedder = embedder_for(args.model)
+    results = run_demo(k=args.k, chunk_size=args.chunk_size, embedder=embedder, cache=_cache(args),
+                       show_progress=not args.no_progress)  # fmt: skip
+    print(format_demo(results, verbose=args.verbose))
+    if args.out:
+        write_outputs(results, args.out, plot=False)
+        print(f"wrote {args.out}/results.json, report.md, per_query.jsonl")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``scar`` command and return its exit status.
+
+    Errors a user can fix (missing files, malformed data, bad settings, a missing extra) are
+    printed on stderr without a traceback, with exit status 2.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    # The bundled model is a local folder: never let a library reach for the Hub.
+    for variable, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
+                            ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error")):  # fmt: skip
+        if args.model is None:
+            os.environ.setdefault(variable, value)
+    from scar_core.errors import ScarError
+
+    started = time.perf_counter()
+    try:
+        status = int(args.handler(args))
+    except (ScarError, OSError) as exc:
+        print(f"scar {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    if not getattr(args, "no_progress", False):
+        print(f"done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

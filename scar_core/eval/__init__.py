@@ -1,0 +1,61 @@
+"""Evaluation of SCAR against baselines on benchmarks with gold evidence spans.
+
+``scar eval`` runs :func:`run_evaluation` and writes its outputs with :func:`write_outputs`. The
+same pieces work from Python::
+
+    from scar_core.cache import EmbeddingCache
+    from scar_core.eval import EvalConfig, embedder_for, load_benchmark, run_evaluation
+    benchmark = load_benchmark("paper4_dev.json", "corpus/")
+    results = run_evaluation(benchmark, embedder_for(None), EvalConfig(k=5), cache=EmbeddingCache())
+    results.summary("fragmented")["default"].recall
+
+Importing this package needs numpy only; LangChain's splitter, tiktoken, tqdm, matplotlib (extra
+``eval``) and the embedding backends are imported when first used.
+"""
+
+from __future__ import annotations
+
+from scar_core.eval.chunking import ChunkedCorpus, EvalChunk, chunk_corpus
+from scar_core.eval.data import Benchmark, EvalQuery, EvidenceSpan, load_benchmark
+from scar_core.eval.embedding import embedder_for
+from scar_core.eval.methods import REGISTRY, MethodRegistry, QueryContext, create_method, register_method
+from scar_core.eval.metrics import MethodSummary, QueryScores
+from scar_core.eval.report import write_outputs
+from scar_core.eval.runner import (
+    DEFAULT_METHODS,
+    EvalConfig,
+    EvalResults,
+    PreparedBenchmark,
+    prepare_benchmark,
+    run_evaluation,
+    run_methods,
+)
+from scar_core.eval.stats import PairedComparison, paired_bootstrap
+
+__all__ = [
+    "DEFAULT_METHODS",
+    "REGISTRY",
+    "Benchmark",
+    "ChunkedCorpus",
+    "EvalChunk",
+    "EvalConfig",
+    "EvalQuery",
+    "EvalResults",
+    "EvidenceSpan",
+    "MethodRegistry",
+    "MethodSummary",
+    "PairedComparison",
+    "PreparedBenchmark",
+    "QueryContext",
+    "QueryScores",
+    "chunk_corpus",
+    "create_method",
+    "embedder_for",
+    "load_benchmark",
+    "paired_bootstrap",
+    "prepare_benchmark",
+    "register_method",
+    "run_evaluation",
+    "run_methods",
+    "write_outputs",
+]

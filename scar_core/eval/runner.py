@@ -1,0 +1,445 @@
+"""The evaluation pipeline: chunk, embed, rank, run the methods, score, compare, sweep.
+
+Protocol (defaults of :class:`EvalConfig`):
+
+1. Each document is chunked on its own (500 characters, no overlap, LangChain's recursive
+   splitter); chunks get the ids and previous/next links of :mod:`scar_core.links`.
+2. A query's gold chunks hold at least one character of its evidence. A query is *fragmented* when
+   it has two or more, else *atomic*. A query whose evidence lies wholly in whitespace the splitter
+   dropped has no gold chunk; it is excluded and counted.
+3. Chunks and queries are embedded (through the vector cache) and every chunk of the query's scope
+   (its evidence's documents, or the whole corpus) is ranked by cosine, ties by chunk order.
+4. Every method (:mod:`scar_core.eval.methods`) selects chunks per query through
+   :func:`scar_core.selection.select`; chunk recall, evidence-character recall, unique chunks and
+   tokens are recorded per query and averaged per group (``fragmented``, ``atomic``, ``all``).
+   **Tokens** are cl100k_base tokens of the context an LLM would read: each passage of the
+   selection stitched with :func:`scar_core.passages.stitch`, tokens summed over passages.
+5. The reference method is compared with every other by a paired bootstrap
+   (:mod:`scar_core.eval.stats`) on each metric and group.
+6. A sweep traces recall against chunks for top-B over B, the static window over W, the paper's
+   rule over γ and budget mode over B.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from scar_core.embedders import Embedder
+from scar_core.errors import InvalidSettingsError
+from scar_core.eval.chunking import ChunkedCorpus, Splitter, chunk_corpus
+from scar_core.eval.data import Benchmark, EvalQuery
+from scar_core.eval.embedding import embed_texts, progress, token_counter
+from scar_core.eval.methods import REGISTRY, Method, MethodRegistry, QueryContext
+from scar_core.eval.metrics import (
+    Interval,
+    MethodSummary,
+    QueryScores,
+    chunk_recall,
+    evidence_character_recall,
+    merge_intervals,
+    summarize,
+)
+from scar_core.eval.stats import DEFAULT_RESAMPLES, paired_bootstrap_many
+from scar_core.passages import stitch
+from scar_core.selection import Chunk, Selection
+
+if TYPE_CHECKING:
+    from scar_core.cache import EmbeddingCache
+
+__all__ = [
+    "DEFAULT_METHODS",
+    "GROUPS",
+    "EvalConfig",
+    "EvalResults",
+    "PreparedBenchmark",
+    "prepare_benchmark",
+    "run_evaluation",
+    "run_methods",
+]
+
+Scope = Literal["document", "corpus"]
+#: The methods ``scar eval`` runs when ``--methods`` is not given.
+DEFAULT_METHODS = ("topk", "default", "static1", "static2", "scar1", "scar2", "parent",
+                   "topk_matched", "topk_matched_default")  # fmt: skip
+#: Query groups, in report order.
+GROUPS = ("fragmented", "atomic", "all")
+_METRICS = ("recall", "char_recall", "chunks", "tokens")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Settings of one evaluation run.
+
+    Attributes:
+        scope: ``"document"`` (the paper's setting: the query's documents) or ``"corpus"``.
+        k: ``--k``: seeds of ``topk``/``staticW``/``scarW``, budget of ``default``.
+        chunk_size: Characters per chunk.
+        chunk_overlap: Characters shared by consecutive chunks.
+        methods: Method names (see :mod:`scar_core.eval.methods`).
+        reference: The method every other is compared with in the bootstrap; ``None`` means
+            ``default`` when it is run, else the first method.
+        n_resamples: Bootstrap resamples; 0 skips the bootstrap.
+        seed: Seed of the bootstrap.
+        sweep: Whether to trace recall against chunks for the plot.
+    """
+
+    scope: Scope = "document"
+    k: int = 5
+    chunk_size: int = 500
+    chunk_overlap: int = 0
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    reference: str | None = None
+    n_resamples: int = DEFAULT_RESAMPLES
+    seed: int = 0
+    sweep: bool = True
+
+    @property
+    def compared_with(self) -> str:
+        """The reference method actually used."""
+        if self.reference is not None:
+            return self.reference
+        return "default" if "default" in self.methods else self.methods[0]
+
+    def __post_init__(self) -> None:
+        if self.scope not in ("document", "corpus"):
+            raise InvalidSettingsError(f"scope={self.scope!r} is not valid; use 'document' or 'corpus'.")
+        if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
+            raise InvalidSettingsError(f"k={self.k!r} is not valid; it must be an integer >= 1.")
+        if not self.methods or len(set(self.methods)) != len(self.methods):
+            raise InvalidSettingsError(f"methods={self.methods!r} must name each method once.")
+        if self.reference is not None and self.reference not in self.methods:
+            raise InvalidSettingsError(
+                f"reference={self.reference!r} is not among the methods {list(self.methods)}; add it."
+            )
+        if not isinstance(self.n_resamples, int) or self.n_resamples < 0:
+            raise InvalidSettingsError(f"n_resamples={self.n_resamples!r} must be an integer >= 0.")
+
+
+@dataclass
+class PreparedBenchmark:
+    """A benchmark chunked, embedded and ranked: everything methods and metrics need.
+
+    Attributes:
+        benchmark: The source benchmark.
+        corpus: Its chunks.
+        queries: The evaluated queries (those with a gold chunk).
+        excluded: ``query index -> reason`` for the queries left out.
+        gold: Per query, its gold chunk ids.
+        evidence: Per query, its spans as merged ``(document, start, end)`` ranges.
+        fragmented: Per query, whether it has two or more gold chunks.
+        query_units: Unit query vectors, one row per query.
+        nodes: The :class:`~scar_core.selection.Chunk` of every corpus row.
+        ranked: Per query, the rows of its scope, best cosine first.
+        model_name: The embedder's name.
+    """
+
+    benchmark: Benchmark
+    corpus: ChunkedCorpus
+    queries: list[EvalQuery]
+    excluded: dict[int, str]
+    gold: list[frozenset[str]]
+    evidence: list[list[Interval]]
+    fragmented: npt.NDArray[np.bool_]
+    query_units: npt.NDArray[np.float64]
+    nodes: list[Chunk]
+    ranked: list[npt.NDArray[np.int64]]
+    model_name: str
+
+    def context(self, position: int, k: int) -> QueryContext:
+        """What a method sees of the query at ``position`` in a run at ``--k`` = ``k``."""
+        return QueryContext(self.query_units[position], self.ranked[position], k, self.corpus, self.nodes)
+
+    def group_mask(self, group: str) -> npt.NDArray[np.bool_]:
+        """The queries of ``group``: ``"fragmented"``, ``"atomic"`` or ``"all"``."""
+        masks = {"fragmented": self.fragmented, "atomic": ~self.fragmented, "all": np.ones_like(self.fragmented)}
+        if group not in masks:
+            raise InvalidSettingsError(f"group {group!r} is not known; use one of {GROUPS}.")
+        return masks[group]
+
+
+def prepare_benchmark(
+    benchmark: Benchmark,
+    embedder: Embedder,
+    *,
+    scope: Scope = "document",
+    chunk_size: int = 500,
+    chunk_overlap: int = 0,
+    splitter: Splitter | None = None,
+    cache: EmbeddingCache | None = None,
+    show_progress: bool = True,
+) -> PreparedBenchmark:
+    """Chunk, embed and rank a benchmark (steps 1 to 3 of the protocol).
+
+    Raises:
+        InvalidSettingsError: If no query has a gold chunk under this chunking.
+        EmbeddingError: If a vector is unusable.
+    """
+    corpus = chunk_corpus(benchmark.documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap, splitter=splitter)
+    queries, gold, excluded = [], [], {}
+    for query in benchmark.queries:
+        rows = corpus.gold_rows(query)
+        if rows:
+            queries.append(query)
+            gold.append(frozenset(corpus.chunks[r].chunk_id for r in rows))
+        else:
+            excluded[query.index] = "its evidence lies wholly outside every chunk (whitespace)"
+    if not queries:
+        raise InvalidSettingsError("no query has a gold chunk under this chunking; nothing can be scored.")
+    chunk_units = embed_texts(embedder, [c.text for c in corpus.chunks], cache=cache, show_progress=show_progress)
+    query_units = embed_texts(embedder, [q.text for q in queries], queries=True, cache=cache, show_progress=show_progress)
+    ranked: list[npt.NDArray[np.int64]] = []
+    for position, query in enumerate(queries):
+        if scope == "corpus":
+            rows = np.arange(len(corpus), dtype=np.int64)
+        else:
+            spans = [corpus.rows_of_document.get(d, (0, 0)) for d in query.document_ids]
+            rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])
+        cosines = chunk_units[rows] @ query_units[position]
+        ranked.append(rows[np.argsort(-cosines, kind="stable")])
+    nodes = [Chunk(c.chunk_id, chunk_units[r], c.previous_id, c.next_id) for r, c in enumerate(corpus.chunks)]
+    evidence = [merge_intervals((s.document_id, s.start, s.end) for s in q.spans) for q in queries]
+    return PreparedBenchmark(
+        benchmark, corpus, queries, excluded, gold, evidence,
+        np.array([len(g) >= 2 for g in gold], dtype=bool), query_units, nodes, ranked,
+        embedder.model_name,
+    )  # fmt: skip
+
+
+class _Tokens:
+    """cl100k_base tokens of a selection's stitched passages, each distinct passage counted once."""
+
+    def __init__(self, corpus: ChunkedCorpus) -> None:
+        self.corpus = corpus
+        self.count = token_counter()
+        self.memo: dict[tuple[str, ...], int] = {}
+
+    def __call__(self, selection: Selection) -> int:
+        total = 0
+        for passage in selection.passages:
+            if passage not in self.memo:
+                chunks = [self.corpus.chunks[self.corpus.row_of[c]] for c in passage]
+                text = stitch([c.text for c in chunks], [c.start for c in chunks])
+                self.memo[passage] = self.count(text)
+            total += self.memo[passage]
+        return total
+
+
+def score(prepared: PreparedBenchmark, selections: Sequence[Selection], tokens: _Tokens | None) -> QueryScores:
+    """Score one method's selections, one per evaluated query."""
+    corpus = prepared.corpus
+    n = len(selections)
+    recall, chars, chunks = np.zeros(n), np.zeros(n), np.zeros(n)
+    counts = np.zeros(n) if tokens is not None else None
+    for i, selection in enumerate(selections):
+        ids = selection.chunk_ids
+        picked = [corpus.chunks[corpus.row_of[c]] for c in ids]
+        recall[i] = chunk_recall(ids, prepared.gold[i])
+        chars[i] = evidence_character_recall(prepared.evidence[i], [(c.document_id, c.start, c.end) for c in picked])
+        chunks[i] = len(set(ids))
+        if counts is not None and tokens is not None:
+            counts[i] = tokens(selection)
+    return QueryScores(recall, chars, chunks, counts)
+
+
+def run_methods(
+    prepared: PreparedBenchmark,
+    methods: dict[str, Method],
+    k: int,
+    *,
+    count_tokens: bool = True,
+    show_progress: bool = False,
+) -> dict[str, tuple[list[Selection], QueryScores]]:
+    """Run every method on every evaluated query and score it.
+
+    Returns:
+        ``name -> (one selection per query, per-query scores)``.
+    """
+    tokens = _Tokens(prepared.corpus) if count_tokens else None
+    contexts = [prepared.context(p, k) for p in range(len(prepared.queries))]
+    runs: dict[str, tuple[list[Selection], QueryScores]] = {}
+    steps = progress(methods.items(), total=len(methods), description="methods", enabled=show_progress)
+    for name, method in steps:
+        selections = [method(context) for context in contexts]
+        runs[name] = (selections, score(prepared, selections, tokens))
+    return runs
+
+
+def _sweep(prepared: PreparedBenchmark, k: int, registry: MethodRegistry, show: bool) -> list[dict[str, Any]]:
+    curves = {
+        "top-B": [f"top{b}" for b in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 20)],
+        f"static ±W (k={k})": ["topk", "static1", "static2", "static3"],
+        f"paper SCAR ±1 over γ (k={k})": [f"scar1_g{g}" for g in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)],
+        "budget B": [f"budget{b}" for b in (3, 4, 5, 7, 10, 12, 15)],
+    }
+    names = [n for members in curves.values() for n in members]
+    runs = run_methods(prepared, {n: registry.create(n, k) for n in names}, k, count_tokens=False, show_progress=show)
+    return [
+        {
+            "label": label,
+            "points": [
+                {"method": name, **{g: _summary(prepared, runs[name][1], g).as_dict() for g in GROUPS}}
+                for name in members
+            ],
+        }
+        for label, members in curves.items()
+    ]
+
+
+def _summary(prepared: PreparedBenchmark, scores: QueryScores, group: str) -> MethodSummary:
+    return summarize(scores.subset(prepared.group_mask(group)))
+
+
+@dataclass
+class EvalResults:
+    """Everything one run measured.
+
+    Attributes:
+        config: The run's settings, JSON-ready.
+        prepared: The prepared benchmark.
+        runs: ``method -> (selections, per-query scores)``.
+        bootstrap: The paired comparisons with the reference, or ``None``.
+        sweep: The recall-against-chunks curves, or ``None``.
+        timings: Seconds per stage.
+    """
+
+    config: dict[str, Any]
+    prepared: PreparedBenchmark
+    runs: dict[str, tuple[list[Selection], QueryScores]]
+    bootstrap: dict[str, Any] | None = None
+    sweep: list[dict[str, Any]] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def summary(self, group: str) -> dict[str, MethodSummary]:
+        """``method -> means`` over the queries of ``group``."""
+        return {name: _summary(self.prepared, scores, group) for name, (_, scores) in self.runs.items()}
+
+    def per_query_rows(self) -> list[dict[str, Any]]:
+        """One JSON-ready row per evaluated query, with every method's scores on it."""
+        rows = []
+        for i, query in enumerate(self.prepared.queries):
+            methods = {}
+            for name, (_, s) in self.runs.items():
+                tokens = None if s.tokens is None else float(s.tokens[i])
+                methods[name] = {"recall": float(s.recall[i]), "char_recall": float(s.char_recall[i]),
+                                 "chunks": int(s.chunks[i]), "tokens": tokens}  # fmt: skip
+            group = "fragmented" if self.prepared.fragmented[i] else "atomic"
+            rows.append({"index": query.index, "query": query.text, "group": group,
+                         "gold_chunks": len(self.prepared.gold[i]), "methods": methods})  # fmt: skip
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        """The results as the JSON document ``scar eval`` writes (NaN becomes ``null``)."""
+        prepared = self.prepared
+        payload = {
+            "config": self.config,
+            "benchmark": {
+                "name": prepared.benchmark.name,
+                "documents": len(prepared.benchmark.documents),
+                "chunks": len(prepared.corpus),
+                "queries": len(prepared.benchmark.queries),
+                "evaluated_queries": len(prepared.queries),
+                "excluded_queries": {str(i): why for i, why in prepared.excluded.items()},
+            },
+            "groups": {
+                g: {"n": int(prepared.group_mask(g).sum()),
+                    "methods": {n: s.as_dict() for n, s in self.summary(g).items()}}
+                for g in GROUPS
+            },  # fmt: skip
+            "bootstrap": self.bootstrap,
+            "sweep": self.sweep,
+            "timings_seconds": self.timings,
+        }
+        return _json_ready(payload)  # type: ignore[no-any-return]
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, np.generic):
+        return _json_ready(value.item())
+    return value
+
+
+def _bootstrap(prepared: PreparedBenchmark, runs: dict[str, tuple[list[Selection], QueryScores]], config: EvalConfig) -> dict[str, Any]:
+    reference = runs[config.compared_with][1]
+    others = [name for name in runs if name != config.compared_with]
+    groups: dict[str, Any] = {}
+    for group in GROUPS:
+        mask = prepared.group_mask(group)
+        if not mask.any() or not others:
+            continue
+        table: dict[str, dict[str, Any]] = {name: {} for name in others}
+        for metric in _METRICS:
+            values = getattr(reference, metric)
+            if values is None:
+                continue
+            compared = paired_bootstrap_many(
+                values[mask], {n: getattr(runs[n][1], metric)[mask] for n in others},
+                n_resamples=config.n_resamples, seed=config.seed,
+            )  # fmt: skip
+            for name, comparison in compared.items():
+                table[name][metric] = comparison.as_dict()
+        groups[group] = table
+    return {"reference": config.compared_with, "n_resamples": config.n_resamples, "seed": config.seed, "groups": groups}
+
+
+def run_evaluation(
+    benchmark: Benchmark,
+    embedder: Embedder,
+    config: EvalConfig | None = None,
+    *,
+    cache: EmbeddingCache | None = None,
+    registry: MethodRegistry = REGISTRY,
+    splitter: Splitter | None = None,
+    show_progress: bool = True,
+) -> EvalResults:
+    """Run the whole protocol (see the module docstring) on one benchmark.
+
+    Args:
+        benchmark: Queries and documents (see :mod:`scar_core.eval.data`).
+        embedder: Any :class:`~scar_core.embedders.Embedder`.
+        config: The run's settings; :class:`EvalConfig` defaults when omitted.
+        cache: The vector cache; ``None`` embeds everything now.
+        registry: Where method names are looked up.
+        splitter: Another splitter than LangChain's recursive character splitter.
+        show_progress: Show progress bars on stderr.
+
+    Raises:
+        InvalidSettingsError: If a method name is unknown or a setting is out of range (raised
+            before anything is embedded).
+    """
+    config = config or EvalConfig()
+    methods = {name: registry.create(name, config.k) for name in config.methods}
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    prepared = prepare_benchmark(
+        benchmark, embedder, scope=config.scope, chunk_size=config.chunk_size,
+        chunk_overlap=config.chunk_overlap, splitter=splitter, cache=cache, show_progress=show_progress,
+    )  # fmt: skip
+    timings["prepare"] = time.perf_counter() - started
+    started = time.perf_counter()
+    runs = run_methods(prepared, methods, config.k, show_progress=show_progress)
+    timings["methods"] = time.perf_counter() - started
+    bootstrap = None
+    if config.n_resamples:
+        started = time.perf_counter()
+        bootstrap = _bootstrap(prepared, runs, config)
+        timings["bootstrap"] = time.perf_counter() - started
+    curves = None
+    if config.sweep:
+        started = time.perf_counter()
+        curves = _sweep(prepared, config.k, registry, show_progress)
+        timings["sweep"] = time.perf_counter() - started
+    settings = asdict(config) | {"methods": list(config.methods), "embedder": embedder.model_name}
+    return EvalResults(settings, prepared, runs, bootstrap, curves, timings)

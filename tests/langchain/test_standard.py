@@ -1,0 +1,41 @@
+"""LangChain's standard retriever suite, unmodified: default settings, and the paper's rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lc_support import linked_store
+from langchain_tests.integration_tests import RetrieversIntegrationTests
+
+from scar_langchain import SCARRetriever
+
+
+class TestSCARRetrieverStandard(RetrieversIntegrationTests):
+    @property
+    def retriever_constructor(self) -> type[SCARRetriever]:
+        return SCARRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"vectorstore": linked_store(), "k": 3}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "What does part 2 of the topic3 document cover?"
+
+
+class TestSCARRetrieverPaperStandard(RetrieversIntegrationTests):
+    """Paper mode returns a varying count; at gamma 1 a neighbour that ranked below every seed can
+    never pass (its S is below its seed's cosine), so exact search gives exactly k chunks."""
+
+    @property
+    def retriever_constructor(self) -> type[SCARRetriever]:
+        return SCARRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"vectorstore": linked_store(), "k": 3, "mode": "paper", "gamma": 1.0}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "What does part 2 of the topic3 document cover?"
