@@ -1,13 +1,13 @@
 """An on-disk cache of embeddings, and an embedder wrapper that uses it.
 
-:class:`EmbeddingCache` keeps one float32 vector per (model name, SHA-256 of the text). Each model
-has a folder of 256 shard files, ``00.npy`` to ``ff.npy``, picked by the first byte of the hash;
-each shard is one structured ``.npy`` array of ``(key, vector)`` rows, read with
-``allow_pickle=False``. A write rewrites only the shards it touches, through a temporary file and
-``os.replace``, so a reader never sees half a file. Two processes writing the same shard at once
-both succeed, and the last one wins: the other's new rows are only recomputed later. A shard that
-cannot be read is reported with a warning and rebuilt; corruption costs recomputation, never a
-wrong vector.
+:class:`EmbeddingCache` keeps one float32 vector per (model name, SHA-256 of the text), in one
+folder per model. Each call that computes vectors adds one *segment*: a structured ``.npy`` array
+of ``(key, vector)`` rows, written to a temporary file and moved into place with ``os.replace``,
+so a reader never sees half a file, and read back with ``allow_pickle=False``. Files are never
+rewritten in place, so two processes writing at once lose nothing. When a model has more than
+:data:`MAX_SEGMENTS` segments, the writer merges what it has read into one new segment and then
+deletes the segments it merged. A segment that cannot be read is reported with a warning, deleted,
+and its vectors are recomputed: corruption costs time, never a wrong vector.
 
 :class:`CachedEmbedder` wraps any :class:`~scar_core.embedders.Embedder` so that each document text
 is embedded once, whichever process or instance embedded it first.
@@ -19,8 +19,10 @@ import contextlib
 import hashlib
 import os
 import re
+import secrets
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -33,7 +35,10 @@ from scar_core.errors import DataFormatError, EmbeddingError
 if TYPE_CHECKING:
     from scar_core.embedders import Embedder
 
-__all__ = ["CachedEmbedder", "EmbeddingCache"]
+__all__ = ["MAX_SEGMENTS", "CachedEmbedder", "EmbeddingCache"]
+
+#: Segments a model folder may hold before a writer merges them into one.
+MAX_SEGMENTS = 32
 
 #: What :meth:`EmbeddingCache.embed` calls: texts in, one vector per text out.
 Compute = Callable[[list[str]], Sequence[Sequence[float]] | np.ndarray]
@@ -44,14 +49,9 @@ def _key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest().encode("ascii")
 
 
-def _shard(folder: Path, prefix: bytes) -> Path:
-    """The shard file of the keys that start with ``prefix`` (two hex digits)."""
-    return folder / f"{prefix.decode()}.npy"
-
-
-def _row_dtype(shape: tuple[int, ...]) -> np.dtype:
-    """The row layout of a shard file: the text's key and its vector."""
-    return np.dtype([("key", "S64"), ("vector", "<f4", shape)])
+def _row_dtype(width: int) -> np.dtype:
+    """The layout of a segment's rows: the text's key and its vector."""
+    return np.dtype([("key", "S64"), ("vector", "<f4", (width,))])
 
 
 class EmbeddingCache:
@@ -72,7 +72,8 @@ class EmbeddingCache:
             default = Path.home() / ".cache" / "scar" / "embeddings"
             directory = os.environ.get("SCAR_CACHE_DIR") or default
         self.directory = Path(directory).expanduser()
-        self._memo: dict[str, dict[bytes, np.ndarray]] = {}
+        self._memo: dict[str, dict[bytes, np.ndarray]] = {}  # model -> key -> vector
+        self._seen: dict[str, set[str]] = {}  # model -> segment files already in the memo
         self._lock = threading.Lock()
 
     def _folder(self, model: str) -> Path:
@@ -80,38 +81,49 @@ class EmbeddingCache:
         readable = re.sub(r"[^A-Za-z0-9._-]+", "_", model)[:64]
         return self.directory / f"{readable}-{_key(model)[:12].decode()}"
 
-    def _read(self, path: Path, *, warn: bool = True) -> dict[bytes, np.ndarray]:
-        """Return a shard's rows; an unreadable shard warns (if asked) and counts as empty."""
-        if not path.exists():
-            return {}
-        try:
-            data = np.load(path, allow_pickle=False)
-            if data.ndim != 1 or data.dtype != _row_dtype(data.dtype["vector"].shape[-1:]):
-                raise ValueError(f"unexpected layout {data.dtype} of shape {data.shape}")
-        except (OSError, ValueError, EOFError, KeyError) as exc:
-            if warn:
+    def _refresh(self, model: str, folder: Path) -> None:
+        """Read the segments of ``model`` that this instance has not read yet (oldest first)."""
+        memo, seen = self._memo[model], self._seen[model]
+        for path in sorted(folder.glob("*.npy")):
+            if path.name in seen:
+                continue
+            seen.add(path.name)
+            try:
+                data = np.load(path, allow_pickle=False)
+                width = data.dtype["vector"].shape[-1] if data.dtype.names else 0
+                if data.ndim != 1 or width < 1 or data.dtype != _row_dtype(width):
+                    raise ValueError(f"unexpected layout {data.dtype} of shape {data.shape}")
+            except FileNotFoundError:
+                continue  # merged and deleted by another writer since the listing
+            except (OSError, ValueError, EOFError, KeyError, AttributeError) as exc:
                 warnings.warn(
-                    f"embedding cache file {path} is unreadable ({exc}); it will be rebuilt.",
+                    f"embedding cache file {path} is unreadable ({exc}); its vectors will be "
+                    "recomputed and the file deleted.",
                     RuntimeWarning,
                     stacklevel=3,
                 )
-            return {}
-        return dict(zip(data["key"].tolist(), data["vector"], strict=True))
+                with contextlib.suppress(OSError):
+                    if not isinstance(exc, PermissionError):
+                        path.unlink()
+                continue
+            memo.update(zip(data["key"].tolist(), data["vector"], strict=True))
 
-    def _write(self, path: Path, rows: dict[bytes, np.ndarray]) -> None:
-        width = next(iter(rows.values())).shape[0]
-        array = np.empty(len(rows), dtype=_row_dtype((width,)))
+    def _save(self, folder: Path, rows: dict[bytes, np.ndarray], width: int) -> str:
+        """Write ``rows`` as a new segment and return its file name."""
+        array = np.empty(len(rows), dtype=_row_dtype(width))
         array["key"] = list(rows)
         array["vector"] = np.stack(list(rows.values()))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}.npy"
+        handle, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")
         try:
             with os.fdopen(handle, "wb") as file:
                 np.save(file, array, allow_pickle=False)
-            os.replace(temporary, path)
+            os.replace(temporary, folder / name)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
+        return name
 
     def embed(self, model: str, texts: Sequence[str], compute: Compute) -> tuple[np.ndarray, int]:
         """Return the vectors of ``texts``, computing and storing only those not cached yet.
@@ -123,13 +135,14 @@ class EmbeddingCache:
                 per text.
 
         Returns:
-            A float32 matrix with one row per text, in order (``(0, d)`` or ``(0, 0)`` for no
-            texts), and how many distinct texts ``compute`` embedded.
+            A float32 matrix with one row per text, in order (``(0, d)``, or ``(0, 0)`` when
+            nothing of ``model`` is known yet, for no texts), and how many distinct texts
+            ``compute`` embedded.
 
         Raises:
             DataFormatError: If ``texts`` is one str instead of a list.
             EmbeddingError: If ``compute`` returns the wrong number of vectors, vectors of the
-                wrong dimension, or non-finite values.
+                wrong dimension, or non-finite values; nothing is cached then.
         """
         if isinstance(texts, str):
             raise DataFormatError(f"embed got one str ({texts[:40]!r}); pass a list of texts.")
@@ -137,12 +150,13 @@ class EmbeddingCache:
         folder = self._folder(model)
         with self._lock:
             memo = self._memo.setdefault(model, {})
-            for shard in {key[:2] for key in keys if key not in memo}:
-                memo.update(self._read(_shard(folder, shard)))
+            self._seen.setdefault(model, set())
+            if any(key not in memo for key in keys):
+                self._refresh(model, folder)
             width = next((row.shape[0] for row in memo.values()), None)
         missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in memo}
         if missing:
-            self._add(model, missing, compute(list(missing.values())), width)
+            self._add(model, folder, missing, compute(list(missing.values())), width)
         if not keys:
             return np.zeros((0, width or 0), dtype=np.float32), 0
         rows = [memo[key] for key in keys]
@@ -154,11 +168,12 @@ class EmbeddingCache:
         return np.stack(rows).astype(np.float32, copy=False), len(missing)
 
     def _add(
-        self, model: str, missing: dict[bytes, str], output: object, width: int | None
+        self, model: str, folder: Path, missing: dict[bytes, str], output: object, width: int | None
     ) -> None:
+        """Check ``compute``'s output, then add it to the memo and write it as a segment."""
         expected = f"({len(missing)}, {width or 'd'})"
         try:
-            matrix = np.asarray(output, dtype=np.float32)
+            matrix = np.array(output, dtype=np.float32)  # a copy: the caller may reuse its array
         except (TypeError, ValueError) as exc:
             raise EmbeddingError(
                 f"embedder {model!r} returned vectors that are not a {expected} array: {exc}"
@@ -171,23 +186,24 @@ class EmbeddingCache:
                 "needs a new model name."
             )
         if not np.isfinite(matrix).all():
-            raise EmbeddingError(f"embedder {model!r} returned NaN or infinite values.")
-        new = dict(zip(missing, matrix, strict=True))
-        by_shard: dict[bytes, dict[bytes, np.ndarray]] = {}
-        for key, row in new.items():
-            by_shard.setdefault(key[:2], {})[key] = row
-        folder = self._folder(model)
+            raise EmbeddingError(
+                f"embedder {model!r} returned NaN or infinite values; nothing was cached. "
+                "Check the model and its inputs."
+            )
+        new, width = dict(zip(missing, matrix, strict=True)), matrix.shape[1]
         with self._lock:
-            self._memo[model].update(new)
-            for prefix, rows in by_shard.items():
-                path = _shard(folder, prefix)
-                merged = self._read(path, warn=False)
-                if any(row.shape[0] != matrix.shape[1] for row in merged.values()):
-                    merged = {}  # another process wrote another dimension: the newest wins
-                try:
-                    self._write(path, {**merged, **rows})
-                except OSError as exc:
-                    warnings.warn(f"could not write {path} ({exc})", RuntimeWarning, stacklevel=3)
+            memo, seen = self._memo[model], self._seen[model]
+            memo.update(new)
+            try:
+                seen.add(self._save(folder, new, width))
+                if len(list(folder.glob("*.npy"))) > MAX_SEGMENTS:
+                    merged = {key: row for key, row in memo.items() if row.shape[0] == width}
+                    old, self._seen[model] = set(seen), {self._save(folder, merged, width)}
+                    for name in old:  # every row of these is in the merged segment
+                        with contextlib.suppress(OSError):
+                            (folder / name).unlink()
+            except OSError as exc:
+                warnings.warn(f"could not write to {folder} ({exc})", RuntimeWarning, stacklevel=3)
 
 
 class CachedEmbedder:

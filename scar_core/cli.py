@@ -73,7 +73,9 @@ def _add_eval(subparsers: Any) -> None:
     add("--chunk-overlap", type=int, default=0, help="characters (default 0)")
     add("--methods", help=f"comma-separated names (default {','.join(DEFAULT_METHODS)})")
     add("--reference", help="method compared with all others (default: default, else the first)")
-    add("--bootstrap", type=int, default=10_000, help="bootstrap resamples; 0 skips (default 10000)")
+    add(
+        "--bootstrap", type=int, default=10_000, help="bootstrap resamples; 0 skips (default 10000)"
+    )
     add("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     add("--no-sweep", action="store_true", help="skip the recall-against-chunks sweep and plot")
     add("--no-plot", action="store_true", help="do not draw pareto.png")
@@ -100,7 +102,9 @@ def _add_demo(subparsers: Any) -> None:
     parser.add_argument("--chunk-size", type=int, default=DEMO_CHUNK_SIZE,
                         help=f"characters per chunk (default {DEMO_CHUNK_SIZE})")  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="print every question's decisions")
-    parser.add_argument("--out", help="also write the eval outputs (results.json...) to this folder")
+    parser.add_argument(
+        "--out", help="also write the eval outputs (results.json...) to this folder"
+    )
     _add_common(parser)
     parser.set_defaults(handler=_run_demo)
 
@@ -109,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the parser of the ``scar`` command."""
     from scar_core import __version__
 
-    parser = argparse.ArgumentParser(prog="scar", description="Semantic Continuity-Aware Retrieval tools.")
+    parser = argparse.ArgumentParser(
+        prog="scar", description="Semantic Continuity-Aware Retrieval tools."
+    )
     parser.add_argument("--version", action="version", version=f"scar {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_eval(subparsers)
@@ -128,10 +134,20 @@ def _cache(args: argparse.Namespace) -> Any:
 def _run_eval(args: argparse.Namespace) -> int:
     from scar_core.demo import load_sample
     from scar_core.errors import DataFormatError
-    from scar_core.eval import EvalConfig, embedder_for, load_benchmark, run_evaluation, write_outputs
+    from scar_core.eval import (
+        EvalConfig,
+        embedder_for,
+        load_benchmark,
+        run_evaluation,
+        write_outputs,
+    )
     from scar_core.eval.runner import DEFAULT_METHODS
 
-    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip()) if args.methods else DEFAULT_METHODS
+    methods = (
+        tuple(m.strip() for m in args.methods.split(",") if m.strip())
+        if args.methods
+        else DEFAULT_METHODS
+    )
     config = EvalConfig(
         scope=args.scope, k=args.k, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap,
         methods=methods, reference=args.reference, n_resamples=args.bootstrap, seed=args.seed,
@@ -146,11 +162,17 @@ def _run_eval(args: argparse.Namespace) -> int:
             raise DataFormatError("--corpus was given without a BENCHMARK file.")
         benchmark = load_sample()
     elif args.corpus is None:
-        raise DataFormatError("--corpus is required with a BENCHMARK: the corpus folder, or corpus.jsonl.")
+        raise DataFormatError(
+            "--corpus is required with a BENCHMARK: the corpus folder, or corpus.jsonl."
+        )
     else:
         benchmark = load_benchmark(args.benchmark, args.corpus, data_format=args.data_format)
     results = run_evaluation(
-        benchmark, embedder_for(args.model), config, cache=_cache(args), show_progress=not args.no_progress
+        benchmark,
+        embedder_for(args.model),
+        config,
+        cache=_cache(args),
+        show_progress=not args.no_progress,
     )
     results.config.update(benchmark_path=args.benchmark, corpus_path=args.corpus, model=args.model)
     written = write_outputs(results, args.out, plot=not args.no_plot)

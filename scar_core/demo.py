@@ -99,7 +99,9 @@ def run_demo(
         MissingDependencyError: If sentence-transformers, langchain-text-splitters or tiktoken is
             missing (extras ``sentence-transformers`` and ``eval``).
     """
-    config = EvalConfig(k=k, chunk_size=chunk_size, methods=tuple(DEMO_METHODS), n_resamples=0, sweep=False)
+    config = EvalConfig(
+        k=k, chunk_size=chunk_size, methods=tuple(DEMO_METHODS), n_resamples=0, sweep=False
+    )
     if embedder is None:
         from scar_core.embedders import default_embedder
 
@@ -118,7 +120,10 @@ def _cell(recall: float, chunks: int, k: int) -> str:
 def _positions(results: EvalResults, selection: Selection, gold: frozenset[str]) -> str:
     corpus = results.prepared.corpus
     rows = sorted(corpus.row_of[c] for c in selection.chunk_ids)
-    return " ".join(f"{corpus.chunks[r].position}{'*' if corpus.chunks[r].chunk_id in gold else ''}" for r in rows)
+    return " ".join(
+        f"{corpus.chunks[r].position}{'*' if corpus.chunks[r].chunk_id in gold else ''}"
+        for r in rows
+    )
 
 
 def _details(results: EvalResults, i: int, labels: dict[str, str]) -> list[str]:
@@ -167,11 +172,14 @@ def format_demo(results: EvalResults, *, verbose: bool = False) -> str:
         100,
     )
     lines += ["", f"Recall of gold chunks per question ([n] = chunks returned, when not {k}):"]
-    header = f" {'Q':>2}  {'document':<28}{'gold':>5}" + "".join(f"{label:>12}" for label in labels.values())
+    header = f" {'Q':>2}  {'document':<28}{'gold':>5}" + "".join(
+        f"{label:>12}" for label in labels.values()
+    )
     lines.append(header)
     for i, query in enumerate(prepared.queries):
         cells = "".join(
-            f"{_cell(float(results.runs[n][1].recall[i]), int(results.runs[n][1].chunks[i]), k):>12}" for n in labels
+            f"{_cell(float(results.runs[n][1].recall[i]), int(results.runs[n][1].chunks[i]), k):>12}"
+            for n in labels
         )
         document = Path(query.document_ids[0]).stem[:27]
         lines.append(f" {query.index + 1:>2}  {document:<28}{len(prepared.gold[i]):>5}{cells}")
@@ -181,7 +189,9 @@ def format_demo(results: EvalResults, *, verbose: bool = False) -> str:
         lines.append(f"{group} ({int(prepared.group_mask(group).sum())})")
         for name, label in labels.items():
             s = summaries[name]
-            lines.append(f"  {label:<16}{s.recall:>8.3f}{s.char_recall:>8.3f}{s.chunks:>8.2f}{s.tokens or 0:>8.0f}")
+            lines.append(
+                f"  {label:<16}{s.recall:>8.3f}{s.char_recall:>8.3f}{s.chunks:>8.2f}{s.tokens or 0:>8.0f}"
+            )
     delta = results.runs["default"][1].recall - results.runs["topk"][1].recall
     lines += [
         "",
@@ -189,7 +199,10 @@ def format_demo(results: EvalResults, *, verbose: bool = False) -> str:
         f"questions, lower on {int((delta < -1e-12).sum())}, equal on {int((np.abs(delta) <= 1e-12).sum())}.",
     ]
     if verbose:
-        lines += ["", "Chunks returned (position in the document, * = gold) and the default's bids:"]
+        lines += [
+            "",
+            "Chunks returned (position in the document, * = gold) and the default's bids:",
+        ]
         for i in range(len(prepared.queries)):
             lines += _details(results, i, labels)
     else:

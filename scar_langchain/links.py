@@ -23,6 +23,7 @@ __all__ = [
     "POSITION_KEY",
     "PREVIOUS_ID_KEY",
     "link_chunks",
+    "linked_metadata",
     "links_of",
 ]
 
@@ -45,8 +46,34 @@ def links_of(metadata: dict[str, Any] | None) -> tuple[str | None, str | None]:
 
 
 def chunk_id_of(document: Document) -> str | None:
-    """Return a chunk's id: ``Document.id``, else the id :func:`link_chunks` put in metadata."""
-    return _text(document.id) or _text((document.metadata or {}).get(CHUNK_ID_KEY))
+    """Return a chunk's id: ``Document.id``, else a store's ``_id`` or SCAR's id in metadata.
+
+    Qdrant's search returns hits without ``Document.id``, their store id in ``metadata["_id"]``.
+    """
+    metadata = document.metadata or {}
+    store_id = metadata.get("_id")
+    return (
+        _text(document.id)
+        or None
+        or _text(metadata.get(CHUNK_ID_KEY))
+    )
+
+
+def linked_metadata(
+    metadata: dict[str, Any],
+    document_id: str,
+    position: int,
+    previous_id: str | None = None,
+    next_id: str | None = None,
+) -> dict[str, Any]:
+    """Return a copy of ``metadata`` with a chunk's document id, position and links (if any)."""
+    kept = {k: v for k, v in metadata.items() if k not in (PREVIOUS_ID_KEY, NEXT_ID_KEY)}
+    links = {PREVIOUS_ID_KEY: previous_id, NEXT_ID_KEY: next_id}
+    return (
+        kept
+        | {DOCUMENT_ID_KEY: document_id, POSITION_KEY: position}
+        | {key: value for key, value in links.items() if value}
+    )
 
 
 def link_chunks(
@@ -101,20 +128,10 @@ def link_chunks(
         for index, links in zip(
             indices, link_sequence(document_id, len(indices), joins), strict=True
         ):
-            metadata = {
-                key: value
-                for key, value in (inputs[index].metadata or {}).items()
-                if key not in (PREVIOUS_ID_KEY, NEXT_ID_KEY)
-            }
-            metadata |= {
-                CHUNK_ID_KEY: links.chunk_id,
-                DOCUMENT_ID_KEY: document_id,
-                POSITION_KEY: links.position,
-            }
-            if links.previous_id:
-                metadata[PREVIOUS_ID_KEY] = links.previous_id
-            if links.next_id:
-                metadata[NEXT_ID_KEY] = links.next_id
+            metadata = (inputs[index].metadata or {}) | {CHUNK_ID_KEY: links.chunk_id}
+            metadata = linked_metadata(
+                metadata, document_id, links.position, links.previous_id, links.next_id
+            )
             linked[index] = Document(
                 id=links.chunk_id, page_content=inputs[index].page_content, metadata=metadata
             )

@@ -1,20 +1,22 @@
-"""Read chunks and their stored vectors from a LangChain vector store, through its public API.
+"""Read chunks and their stored vectors from a LangChain vector store, and write their metadata.
 
 One small reader per store, chosen by the store's type (the store's package is imported only if
 the store is of that type). Every reader answers one batched call, ``read(ids)``, with the
 documents found and their vectors; a vector is ``None`` where the store does not give it back,
-and the retriever then embeds the text once, through its cache.
+and the retriever then embeds the text once, through its cache. Readers of stores that can list
+their chunks also ``scan()`` them all and ``write`` new metadata without re-embedding (for
+:func:`~scar_langchain.link_store`).
 
-=========================  =======================================================
-store                      vectors read from
-=========================  =======================================================
-``InMemoryVectorStore``    its ``store`` dict
-FAISS (community)          ``index.reconstruct`` of the rows its docstore maps
-``PGVectorStore``          ``get(ids, include=["embeddings", ...])``
-Chroma                     ``get(ids, include=["embeddings", ...])``
-``QdrantVectorStore``      ``client.retrieve(..., with_vectors=True)``
-anything else              ``get_by_ids``; vectors embedded (a warning says so)
-=========================  =======================================================
+=====================  ==============================================  ==========================
+store                  vectors read from                               metadata written with
+=====================  ==============================================  ==========================
+``InMemoryVectorStore``  its ``store`` dict                            its ``store`` dict
+FAISS (community)      ``index.reconstruct`` of its docstore's rows    docstore delete + add
+``PGVectorStore``      ``get(ids, include=["embeddings", ...])``       ``add_embeddings`` upsert
+Chroma                 ``get(ids, include=["embeddings", ...])``       collection ``update``
+``QdrantVectorStore``  ``client.retrieve(..., with_vectors=True)``     ``client.set_payload``
+anything else          ``get_by_ids``; vectors embedded (it warns)     (cannot list: refused)
+=====================  ==============================================  ==========================
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
-__all__ = ["StoreReader", "reader_for"]
+from scar_core.errors import InvalidSettingsError
+from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
 
+__all__ = ["Found", "StoreReader", "reader_for"]
+
+#: ``{chunk id: (document, stored vector or None)}``.
 Found = dict[str, tuple[Document, Any]]
 
 
 class StoreReader:
-    """The default reader: documents through ``get_by_ids``, no vectors.
+    """The default reader: documents through ``get_by_ids``, no vectors, no listing.
 
     Args:
         store: The vector store to read from.
@@ -42,9 +48,11 @@ class StoreReader:
 
     #: Whether the store gives vectors back; if not, the retriever embeds (and warns once).
     returns_vectors = False
+    #: Whether reads are in-process lookups, answered without a worker thread on the async path.
+    in_process = False
 
     def __init__(self, store: VectorStore) -> None:
-        self.store = store
+        self.store: Any = store
 
     def read(self, ids: Sequence[str]) -> Found:
         """Return ``{id: (document, vector or None)}`` for the ids the store holds."""
@@ -52,16 +60,34 @@ class StoreReader:
 
     async def aread(self, ids: Sequence[str]) -> Found:
         """Async :meth:`read`: the store's async API where it has one, else a worker thread."""
+        if self.in_process:
+            return self.read(ids)
         if type(self) is StoreReader:
             return {d.id: (d, None) for d in await self.store.aget_by_ids(list(ids)) if d.id}
         return await asyncio.to_thread(self.read, ids)
 
+    def scan(self) -> Found:
+        """Return every chunk the store holds (vectors where :meth:`write` needs them).
+
+        Raises:
+            InvalidSettingsError: If SCAR cannot list this store's chunks.
+        """
+        raise InvalidSettingsError(
+            f"SCAR cannot list the chunks of a {type(self.store).__name__}, so it cannot link "
+            "them in place; index them with scar_langchain.link_chunks(...) instead, or use a "
+            "store SCAR can list (InMemory, FAISS, PGVector, Chroma, Qdrant)."
+        )
+
+    def write(self, found: Found) -> None:
+        """Replace each chunk's metadata with its document's, keeping its text and vector."""
+        raise NotImplementedError  # only readers that can scan write
+
 
 class _InMemoryReader(StoreReader):
-    returns_vectors = True
+    returns_vectors = in_process = True
 
     def read(self, ids: Sequence[str]) -> Found:
-        rows = self.store.store  # type: ignore[attr-defined]
+        rows = self.store.store
         return {
             i: (
                 Document(id=i, page_content=rows[i]["text"], metadata=rows[i]["metadata"]),
@@ -71,50 +97,48 @@ class _InMemoryReader(StoreReader):
             if i in rows
         }
 
-    async def aread(self, ids: Sequence[str]) -> Found:
-        return self.read(ids)  # a dict lookup: nothing to wait for
+    def scan(self) -> Found:
+        return self.read(list(self.store.store))
+
+    def write(self, found: Found) -> None:
+        for chunk_id, (document, _) in found.items():
+            self.store.store[chunk_id]["metadata"] = document.metadata
 
 
 class _FaissReader(StoreReader):
-    returns_vectors = True
-
-    def __init__(self, store: VectorStore) -> None:
-        super().__init__(store)
-        self._mapped = -1
-        self._row_of: dict[str, int] = {}
+    returns_vectors = in_process = True
+    _rows: tuple[int, int, dict[str, int]] = (0, -1, {})  # (mapping's id, size, id -> row)
 
     def read(self, ids: Sequence[str]) -> Found:
-        mapping: dict[int, str] = self.store.index_to_docstore_id  # type: ignore[attr-defined]
-        if len(mapping) != self._mapped:  # documents were added or deleted since the last read
-            self._row_of = {chunk_id: row for row, chunk_id in mapping.items()}
-            self._mapped = len(mapping)
+        mapping: dict[int, str] = self.store.index_to_docstore_id
+        if self._rows[:2] != (id(mapping), len(mapping)):  # chunks were added or deleted
+            self._rows = (id(mapping), len(mapping), {c: row for row, c in mapping.items()})
         found: Found = {}
         for chunk_id in ids:
-            document = self.store.docstore.search(chunk_id)  # type: ignore[attr-defined]
-            if isinstance(document, Document) and chunk_id in self._row_of:
-                vector = self.store.index.reconstruct(self._row_of[chunk_id])  # type: ignore[attr-defined]
+            document = self.store.docstore.search(chunk_id)
+            if isinstance(document, Document) and chunk_id in self._rows[2]:
+                vector = self.store.index.reconstruct(self._rows[2][chunk_id])
                 found[chunk_id] = (Document(id=chunk_id, page_content=document.page_content,
                                             metadata=document.metadata), vector)  # fmt: skip
         return found
 
-    async def aread(self, ids: Sequence[str]) -> Found:
-        return self.read(ids)  # in-process index: nothing to wait for
+    def scan(self) -> Found:
+        return self.read(list(self.store.index_to_docstore_id.values()))
 
-
-def _vector(value: Any) -> Any:
-    """A stored vector as the store returned it; pgvector may hand back its text form."""
-    if isinstance(value, str):
-        return np.asarray(json.loads(value), dtype=np.float64)
-    return value
+    def write(self, found: Found) -> None:
+        self.store.docstore.delete(list(found))
+        self.store.docstore.add({chunk_id: document for chunk_id, (document, _) in found.items()})
 
 
 def _from_get(result: dict[str, Any]) -> Found:
-    """Documents and vectors from a Chroma-style ``get`` result (ids, documents, metadatas...)."""
+    """Documents and vectors from a ``get`` result; pgvector gives vectors in their text form."""
     vectors = result.get("embeddings")
     return {
         str(chunk_id): (
             Document(id=str(chunk_id), page_content=text or "", metadata=metadata or {}),
-            _vector(vectors[n]) if vectors is not None else None,
+            None
+            if vectors is None
+            else np.asarray(json.loads(v) if isinstance(v := vectors[n], str) else v, float),
         )
         for n, (chunk_id, text, metadata) in enumerate(
             zip(result["ids"], result["documents"], result["metadatas"], strict=True)
@@ -125,53 +149,109 @@ def _from_get(result: dict[str, Any]) -> Found:
 _GET_INCLUDE = ["documents", "metadatas", "embeddings"]
 
 
-class _GetReader(StoreReader):
-    """Stores whose ``get(ids, include=[...])`` returns vectors: PGVectorStore and Chroma."""
+class _PGVectorReader(StoreReader):
+    """``get(ids, include=[...])`` returns vectors (PGVectorStore; Chroma below)."""
 
     returns_vectors = True
 
     def read(self, ids: Sequence[str]) -> Found:
-        return _from_get(self.store.get(ids=list(ids), include=_GET_INCLUDE))  # type: ignore[attr-defined]
+        return _from_get(self.store.get(ids=list(ids), include=_GET_INCLUDE))
 
     async def aread(self, ids: Sequence[str]) -> Found:
-        aget = getattr(self.store, "aget", None)
-        if aget is None:
+        if not hasattr(self.store, "aget"):
             return await asyncio.to_thread(self.read, ids)
-        return _from_get(await aget(ids=list(ids), include=_GET_INCLUDE))
+        return _from_get(await self.store.aget(ids=list(ids), include=_GET_INCLUDE))
+
+    def scan(self) -> Found:
+        return _from_get(self.store.get(include=_GET_INCLUDE))
+
+    def write(self, found: Found) -> None:
+        ids = list(found)
+        self.store.add_embeddings(
+            [found[i][0].page_content for i in ids],
+            [[float(x) for x in found[i][1]] for i in ids],
+            metadatas=[found[i][0].metadata for i in ids],
+            ids=ids,
+        )
+
+
+class _ChromaReader(_PGVectorReader):
+    def write(self, found: Found) -> None:
+        # ``update`` merges metadata; a None value deletes the key (a link that went away).
+        unlinked = {PREVIOUS_ID_KEY: None, NEXT_ID_KEY: None}
+        self.store._collection.update(
+            ids=list(found), metadatas=[unlinked | d.metadata for d, _ in found.values()]
+        )
 
 
 class _QdrantReader(StoreReader):
     returns_vectors = True
 
-    def read(self, ids: Sequence[str]) -> Found:
-        store: Any = self.store
-        points = store.client.retrieve(
-            store.collection_name, list(ids), with_payload=True, with_vectors=True
-        )
+    def _found(self, points: Sequence[Any], *, as_hits: bool = False) -> Found:
+        store = self.store
         found: Found = {}
         for point in points:
             payload = point.payload or {}
             vector = point.vector
             if isinstance(vector, dict):  # named vectors: the store's own
                 vector = vector.get(store.vector_name)
-            document = Document(
-                id=str(point.id),
-                page_content=payload.get(store.content_payload_key) or "",
-                metadata=payload.get(store.metadata_payload_key) or {},
-            )
+            metadata = dict(payload.get(store.metadata_payload_key) or {})
+            if as_hits:  # the keys the store's search adds to each hit
+                metadata |= {"_id": point.id, "_collection_name": store.collection_name}
+            document = Document(id=str(point.id), page_content=payload.get(
+                store.content_payload_key) or "", metadata=metadata)  # fmt: skip
             found[str(point.id)] = (document, vector)
         return found
+
+    def read(self, ids: Sequence[str]) -> Found:
+        return self._found(
+            self.store.client.retrieve(
+                self.store.collection_name,
+                [_point_id(i) for i in ids],
+                with_payload=True,
+                with_vectors=True,
+            ),
+            as_hits=True,
+        )
+
+    def scan(self) -> Found:
+        points, offset = [], None
+        while True:
+            batch, offset = self.store.client.scroll(
+                self.store.collection_name, limit=1024, offset=offset, with_payload=True
+            )
+            points += batch
+            if offset is None:
+                return self._found(points)
+
+    def write(self, found: Found) -> None:
+        for chunk_id, (document, _) in found.items():
+            self.store.client.set_payload(
+                self.store.collection_name,
+                payload={self.store.metadata_payload_key: document.metadata},
+                points=[_point_id(chunk_id)],
+            )
+
+
+def _point_id(chunk_id: str) -> int | str:
+    """A Qdrant point id: integer ids come back from metadata links as digit strings."""
+    return int(chunk_id) if chunk_id.isdigit() else chunk_id
+
+
+_READERS: dict[str, type[StoreReader]] = {
+    "langchain_community.FAISS": _FaissReader,
+    "langchain_postgres.PGVectorStore": _PGVectorReader,
+    "langchain_chroma.Chroma": _ChromaReader,
+    "langchain_qdrant.QdrantVectorStore": _QdrantReader,
+}
 
 
 def reader_for(store: VectorStore) -> StoreReader:
     """Return the reader for ``store``'s type: the most direct public way to its vectors."""
     if type(store) is InMemoryVectorStore:  # a subclass may keep its rows elsewhere
         return _InMemoryReader(store)
-    kinds = {cls.__module__.split(".")[0] + "." + cls.__name__ for cls in type(store).__mro__}
-    if "langchain_community.FAISS" in kinds:
-        return _FaissReader(store)
-    if kinds & {"langchain_postgres.PGVectorStore", "langchain_chroma.Chroma"}:
-        return _GetReader(store)
-    if "langchain_qdrant.QdrantVectorStore" in kinds:
-        return _QdrantReader(store)
+    for cls in type(store).__mro__:
+        reader = _READERS.get(f"{cls.__module__.split('.')[0]}.{cls.__name__}")
+        if reader is not None:
+            return reader(store)
     return StoreReader(store)

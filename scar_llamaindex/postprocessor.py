@@ -284,7 +284,8 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], driver: QueryDriver, reads: NodeReads
     ) -> list[NodeWithScore]:
         selection = driver.result()
-        self._warn_about(reads, len(selection.unscored))
+        # Unscored ids the store does not hold are dangling links: the passage just ends there.
+        self._warn_about(reads, len({c for c in selection.unscored if c in reads.nodes}))
         given: dict[str, NodeWithScore] = {}
         for incoming in nodes:
             given.setdefault(incoming.node.node_id, incoming)

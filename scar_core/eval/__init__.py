@@ -18,7 +18,13 @@ from __future__ import annotations
 from scar_core.eval.chunking import ChunkedCorpus, EvalChunk, chunk_corpus
 from scar_core.eval.data import Benchmark, EvalQuery, EvidenceSpan, load_benchmark
 from scar_core.eval.embedding import embedder_for
-from scar_core.eval.methods import REGISTRY, MethodRegistry, QueryContext, create_method, register_method
+from scar_core.eval.methods import (
+    REGISTRY,
+    MethodRegistry,
+    QueryContext,
+    create_method,
+    register_method,
+)
 from scar_core.eval.metrics import MethodSummary, QueryScores
 from scar_core.eval.report import write_outputs
 from scar_core.eval.runner import (

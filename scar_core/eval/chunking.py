@@ -61,7 +61,9 @@ def recursive_character_splitter(chunk_size: int = 500, chunk_overlap: int = 0) 
         MissingDependencyError: If ``langchain-text-splitters`` is not installed (extra ``eval``).
     """
     if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise InvalidSettingsError(f"chunk_size={chunk_size!r} is not valid; it must be an integer >= 1.")
+        raise InvalidSettingsError(
+            f"chunk_size={chunk_size!r} is not valid; it must be an integer >= 1."
+        )
     if not isinstance(chunk_overlap, int) or not 0 <= chunk_overlap < chunk_size:
         raise InvalidSettingsError(
             f"chunk_overlap={chunk_overlap!r} is not valid; it must be an integer in [0, {chunk_size})."
@@ -152,14 +154,23 @@ def chunk_corpus(
     chunks: list[EvalChunk] = []
     for document_id, text in documents.items():
         pieces = list(split(text))
-        for (start, piece), link in zip(pieces, link_sequence(document_id, len(pieces)), strict=True):
+        for (start, piece), link in zip(
+            pieces, link_sequence(document_id, len(pieces)), strict=True
+        ):
             if start < 0 or text[start : start + len(piece)] != piece:
                 raise DataFormatError(
                     f"the splitter gave chunk {link.position} of {document_id!r} the offset {start}, "
                     "but its text is not found there in the document."
                 )
             chunks.append(
-                EvalChunk(link.chunk_id, document_id, link.position, start, piece,
-                          link.previous_id, link.next_id)  # fmt: skip
+                EvalChunk(
+                    link.chunk_id,
+                    document_id,
+                    link.position,
+                    start,
+                    piece,
+                    link.previous_id,
+                    link.next_id,
+                )  # fmt: skip
             )
     return ChunkedCorpus(chunks)

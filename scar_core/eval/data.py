@@ -97,14 +97,22 @@ def _require_file(path: Path, what: str) -> None:
 
 
 def _parse_query(
-    raw: object, index: int, source: str, document_text: Callable[[str, str], str], keys: tuple[str, ...]
+    raw: object,
+    index: int,
+    source: str,
+    document_text: Callable[[str, str], str],
+    keys: tuple[str, ...],
 ) -> EvalQuery:
     """Validate one query object; ``document_text(doc_id, where)`` returns a document's text."""
     if not isinstance(raw, dict):
-        raise DataFormatError(f"{source}: query {index} is a {type(raw).__name__}; expected an object.")
+        raise DataFormatError(
+            f"{source}: query {index} is a {type(raw).__name__}; expected an object."
+        )
     text = raw.get("query")
     if not isinstance(text, str) or not text.strip():
-        raise DataFormatError(f"{source}: query {index}: 'query' must be a non-empty string, not {text!r}.")
+        raise DataFormatError(
+            f"{source}: query {index}: 'query' must be a non-empty string, not {text!r}."
+        )
     name = f"query {index} ({text[:60]!r})"
     snippets = raw.get("snippets")
     if not isinstance(snippets, list) or not snippets:
@@ -119,7 +127,9 @@ def _parse_query(
             raise DataFormatError(f"{where} is a {type(snippet).__name__}; expected an object.")
         document_id = next((snippet[key] for key in keys if key in snippet), None)
         if not isinstance(document_id, str) or not document_id:
-            raise DataFormatError(f"{where} names no document; give {' or '.join(map(repr, keys))}.")
+            raise DataFormatError(
+                f"{where} names no document; give {' or '.join(map(repr, keys))}."
+            )
         where = f"{where}, file {document_id!r}"
         span = snippet.get("span")
         if not (
@@ -175,7 +185,9 @@ def read_legalbench(
         raise DataFormatError(f"{source} is not valid UTF-8 JSON: {exc}") from exc
     tests = payload.get("tests") if isinstance(payload, dict) else None
     if not isinstance(tests, list) or not tests:
-        raise DataFormatError(f'{source} has no non-empty "tests" list; expected {{"tests": [...]}}.')
+        raise DataFormatError(
+            f'{source} has no non-empty "tests" list; expected {{"tests": [...]}}.'
+        )
     documents: dict[str, str] = {}
 
     def document_text(document_id: str, where: str) -> str:
@@ -212,7 +224,9 @@ def _jsonl_rows(path: Path) -> list[tuple[int, object]]:
             try:
                 rows.append((number, json.loads(line)))
             except json.JSONDecodeError as exc:
-                raise DataFormatError(f"{str(path)!r}, line {number}: not valid JSON ({exc}).") from exc
+                raise DataFormatError(
+                    f"{str(path)!r}, line {number}: not valid JSON ({exc})."
+                ) from exc
     return rows
 
 
@@ -287,9 +301,10 @@ def load_benchmark(
     """
     benchmark_path, corpus_path = Path(benchmark_path), Path(corpus_path)
     if data_format is None:
-        jsonl = ".jsonl" in (benchmark_path.suffix.lower(), corpus_path.suffix.lower()) or (
-            corpus_path / "corpus.jsonl"
-        ).is_file()
+        jsonl = (
+            ".jsonl" in (benchmark_path.suffix.lower(), corpus_path.suffix.lower())
+            or (corpus_path / "corpus.jsonl").is_file()
+        )
         data_format = "jsonl" if jsonl else "legalbench"
     if data_format == "jsonl":
         return read_jsonl_benchmark(benchmark_path, corpus_path, name=name)

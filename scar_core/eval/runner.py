@@ -109,7 +109,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if self.scope not in ("document", "corpus"):
-            raise InvalidSettingsError(f"scope={self.scope!r} is not valid; use 'document' or 'corpus'.")
+            raise InvalidSettingsError(
+                f"scope={self.scope!r} is not valid; use 'document' or 'corpus'."
+            )
         if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
             raise InvalidSettingsError(f"k={self.k!r} is not valid; it must be an integer >= 1.")
         if not self.methods or len(set(self.methods)) != len(self.methods):
@@ -154,11 +156,17 @@ class PreparedBenchmark:
 
     def context(self, position: int, k: int) -> QueryContext:
         """What a method sees of the query at ``position`` in a run at ``--k`` = ``k``."""
-        return QueryContext(self.query_units[position], self.ranked[position], k, self.corpus, self.nodes)
+        return QueryContext(
+            self.query_units[position], self.ranked[position], k, self.corpus, self.nodes
+        )
 
     def group_mask(self, group: str) -> npt.NDArray[np.bool_]:
         """The queries of ``group``: ``"fragmented"``, ``"atomic"`` or ``"all"``."""
-        masks = {"fragmented": self.fragmented, "atomic": ~self.fragmented, "all": np.ones_like(self.fragmented)}
+        masks = {
+            "fragmented": self.fragmented,
+            "atomic": ~self.fragmented,
+            "all": np.ones_like(self.fragmented),
+        }
         if group not in masks:
             raise InvalidSettingsError(f"group {group!r} is not known; use one of {GROUPS}.")
         return masks[group]
@@ -181,7 +189,9 @@ def prepare_benchmark(
         InvalidSettingsError: If no query has a gold chunk under this chunking.
         EmbeddingError: If a vector is unusable.
     """
-    corpus = chunk_corpus(benchmark.documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap, splitter=splitter)
+    corpus = chunk_corpus(
+        benchmark.documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap, splitter=splitter
+    )
     queries, gold, excluded = [], [], {}
     for query in benchmark.queries:
         rows = corpus.gold_rows(query)
@@ -191,9 +201,15 @@ def prepare_benchmark(
         else:
             excluded[query.index] = "its evidence lies wholly outside every chunk (whitespace)"
     if not queries:
-        raise InvalidSettingsError("no query has a gold chunk under this chunking; nothing can be scored.")
-    chunk_units = embed_texts(embedder, [c.text for c in corpus.chunks], cache=cache, show_progress=show_progress)
-    query_units = embed_texts(embedder, [q.text for q in queries], queries=True, cache=cache, show_progress=show_progress)
+        raise InvalidSettingsError(
+            "no query has a gold chunk under this chunking; nothing can be scored."
+        )
+    chunk_units = embed_texts(
+        embedder, [c.text for c in corpus.chunks], cache=cache, show_progress=show_progress
+    )
+    query_units = embed_texts(
+        embedder, [q.text for q in queries], queries=True, cache=cache, show_progress=show_progress
+    )
     ranked: list[npt.NDArray[np.int64]] = []
     for position, query in enumerate(queries):
         if scope == "corpus":
@@ -203,7 +219,10 @@ def prepare_benchmark(
             rows = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in spans])
         cosines = chunk_units[rows] @ query_units[position]
         ranked.append(rows[np.argsort(-cosines, kind="stable")])
-    nodes = [Chunk(c.chunk_id, chunk_units[r], c.previous_id, c.next_id) for r, c in enumerate(corpus.chunks)]
+    nodes = [
+        Chunk(c.chunk_id, chunk_units[r], c.previous_id, c.next_id)
+        for r, c in enumerate(corpus.chunks)
+    ]
     evidence = [merge_intervals((s.document_id, s.start, s.end) for s in q.spans) for q in queries]
     return PreparedBenchmark(
         benchmark, corpus, queries, excluded, gold, evidence,
@@ -231,7 +250,9 @@ class _Tokens:
         return total
 
 
-def score(prepared: PreparedBenchmark, selections: Sequence[Selection], tokens: _Tokens | None) -> QueryScores:
+def score(
+    prepared: PreparedBenchmark, selections: Sequence[Selection], tokens: _Tokens | None
+) -> QueryScores:
     """Score one method's selections, one per evaluated query."""
     corpus = prepared.corpus
     n = len(selections)
@@ -241,7 +262,9 @@ def score(prepared: PreparedBenchmark, selections: Sequence[Selection], tokens: 
         ids = selection.chunk_ids
         picked = [corpus.chunks[corpus.row_of[c]] for c in ids]
         recall[i] = chunk_recall(ids, prepared.gold[i])
-        chars[i] = evidence_character_recall(prepared.evidence[i], [(c.document_id, c.start, c.end) for c in picked])
+        chars[i] = evidence_character_recall(
+            prepared.evidence[i], [(c.document_id, c.start, c.end) for c in picked]
+        )
         chunks[i] = len(set(ids))
         if counts is not None and tokens is not None:
             counts[i] = tokens(selection)
@@ -264,27 +287,42 @@ def run_methods(
     tokens = _Tokens(prepared.corpus) if count_tokens else None
     contexts = [prepared.context(p, k) for p in range(len(prepared.queries))]
     runs: dict[str, tuple[list[Selection], QueryScores]] = {}
-    steps = progress(methods.items(), total=len(methods), description="methods", enabled=show_progress)
+    steps = progress(
+        methods.items(), total=len(methods), description="methods", enabled=show_progress
+    )
     for name, method in steps:
         selections = [method(context) for context in contexts]
         runs[name] = (selections, score(prepared, selections, tokens))
     return runs
 
 
-def _sweep(prepared: PreparedBenchmark, k: int, registry: MethodRegistry, show: bool) -> list[dict[str, Any]]:
+def _sweep(
+    prepared: PreparedBenchmark, k: int, registry: MethodRegistry, show: bool
+) -> list[dict[str, Any]]:
     curves = {
         "top-B": [f"top{b}" for b in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 20)],
         f"static ±W (k={k})": ["topk", "static1", "static2", "static3"],
-        f"paper SCAR ±1 over γ (k={k})": [f"scar1_g{g}" for g in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)],
+        f"paper SCAR ±1 over γ (k={k})": [
+            f"scar1_g{g}" for g in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+        ],
         "budget B": [f"budget{b}" for b in (3, 4, 5, 7, 10, 12, 15)],
     }
     names = [n for members in curves.values() for n in members]
-    runs = run_methods(prepared, {n: registry.create(n, k) for n in names}, k, count_tokens=False, show_progress=show)
+    runs = run_methods(
+        prepared,
+        {n: registry.create(n, k) for n in names},
+        k,
+        count_tokens=False,
+        show_progress=show,
+    )
     return [
         {
             "label": label,
             "points": [
-                {"method": name, **{g: _summary(prepared, runs[name][1], g).as_dict() for g in GROUPS}}
+                {
+                    "method": name,
+                    **{g: _summary(prepared, runs[name][1], g).as_dict() for g in GROUPS},
+                }
                 for name in members
             ],
         }
@@ -318,7 +356,9 @@ class EvalResults:
 
     def summary(self, group: str) -> dict[str, MethodSummary]:
         """``method -> means`` over the queries of ``group``."""
-        return {name: _summary(self.prepared, scores, group) for name, (_, scores) in self.runs.items()}
+        return {
+            name: _summary(self.prepared, scores, group) for name, (_, scores) in self.runs.items()
+        }
 
     def per_query_rows(self) -> list[dict[str, Any]]:
         """One JSON-ready row per evaluated query, with every method's scores on it."""
@@ -348,8 +388,10 @@ class EvalResults:
                 "excluded_queries": {str(i): why for i, why in prepared.excluded.items()},
             },
             "groups": {
-                g: {"n": int(prepared.group_mask(g).sum()),
-                    "methods": {n: s.as_dict() for n, s in self.summary(g).items()}}
+                g: {
+                    "n": int(prepared.group_mask(g).sum()),
+                    "methods": {n: s.as_dict() for n, s in self.summary(g).items()},
+                }
                 for g in GROUPS
             },  # fmt: skip
             "bootstrap": self.bootstrap,
@@ -371,7 +413,11 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
-def _bootstrap(prepared: PreparedBenchmark, runs: dict[str, tuple[list[Selection], QueryScores]], config: EvalConfig) -> dict[str, Any]:
+def _bootstrap(
+    prepared: PreparedBenchmark,
+    runs: dict[str, tuple[list[Selection], QueryScores]],
+    config: EvalConfig,
+) -> dict[str, Any]:
     reference = runs[config.compared_with][1]
     others = [name for name in runs if name != config.compared_with]
     groups: dict[str, Any] = {}
@@ -391,7 +437,12 @@ def _bootstrap(prepared: PreparedBenchmark, runs: dict[str, tuple[list[Selection
             for name, comparison in compared.items():
                 table[name][metric] = comparison.as_dict()
         groups[group] = table
-    return {"reference": config.compared_with, "n_resamples": config.n_resamples, "seed": config.seed, "groups": groups}
+    return {
+        "reference": config.compared_with,
+        "n_resamples": config.n_resamples,
+        "seed": config.seed,
+        "groups": groups,
+    }
 
 
 def run_evaluation(

@@ -50,7 +50,9 @@ class PairedComparison:
         return asdict(self)
 
 
-def _bootstrap_means(rows: npt.NDArray[np.float64], resamples: int, seed: int) -> npt.NDArray[np.float64]:
+def _bootstrap_means(
+    rows: npt.NDArray[np.float64], resamples: int, seed: int
+) -> npt.NDArray[np.float64]:
     """``(m, B)`` bootstrap means of the ``m`` rows, resample ``b`` using the same queries for all."""
     n = rows.shape[1]
     rng = np.random.default_rng(seed)
@@ -89,12 +91,16 @@ def paired_bootstrap_many(
             baselines do not cover the same queries as the reference.
     """
     if not isinstance(n_resamples, int) or isinstance(n_resamples, bool) or n_resamples < 1:
-        raise InvalidSettingsError(f"n_resamples={n_resamples!r} is not valid; it must be an integer >= 1.")
+        raise InvalidSettingsError(
+            f"n_resamples={n_resamples!r} is not valid; it must be an integer >= 1."
+        )
     if not 0 < confidence < 1:
         raise InvalidSettingsError(f"confidence={confidence!r} is not valid; it must be in (0, 1).")
     ref = np.asarray(reference, dtype=np.float64)
     if ref.ndim != 1 or ref.size == 0:
-        raise InvalidSettingsError(f"the reference must be a non-empty 1-D series, got shape {ref.shape}.")
+        raise InvalidSettingsError(
+            f"the reference must be a non-empty 1-D series, got shape {ref.shape}."
+        )
     names = list(baselines)
     if not names:
         return {}

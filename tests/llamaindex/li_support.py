@@ -156,12 +156,14 @@ def hash_index(
 ) -> VectorStoreIndex:
     """The default index (SimpleDocumentStore + SimpleVectorStore), one node per part."""
     storage = StorageContext.from_defaults(docstore=docstore or SimpleDocumentStore())
-    splitter = SentenceSplitter(
-        chunk_size=12, chunk_overlap=0, tokenizer=str.split, include_metadata=False
-    )
     return VectorStoreIndex.from_documents(
         documents(),
         storage_context=storage,
         embed_model=embed_model or WordHashEmbedding(),
-        transformations=[splitter],
+        transformations=[splitter()],
     )
+
+
+def splitter() -> SentenceSplitter:
+    """One node per part (it prints that 12 tokens is small: harmless here)."""
+    return SentenceSplitter(chunk_size=12, chunk_overlap=0, tokenizer=str.split)

@@ -5,9 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from li_support import QUERY, CountingDocstore, WordHashEmbedding, documents, hash_index
+from li_support import (
+    QUERY,
+    CountingDocstore,
+    WordHashEmbedding,
+    documents,
+    hash_index,
+    splitter,
+)
 from llama_index.core import StorageContext, VectorStoreIndex
-from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from scar_llamaindex import SCARNodePostprocessor
@@ -53,19 +59,17 @@ def test_fewer_only_when_fewer_exist() -> None:
     tiny = VectorStoreIndex.from_documents(
         documents(count=1, length=2),
         embed_model=WordHashEmbedding(),
-        transformations=[
-            SentenceSplitter(
-                chunk_size=12, chunk_overlap=0, tokenizer=str.split, include_metadata=False
-            )
-        ],  # fmt: skip
+        transformations=[splitter()],
     )
     hits = retrieve(tiny, QUERY, 1)
-    assert len(SCARNodePostprocessor.from_index(tiny, top_n=6).postprocess_nodes(hits, None)) == 2
+    scar = SCARNodePostprocessor.from_index(tiny, top_n=6)
+    assert len(scar.postprocess_nodes(hits, query_str=QUERY)) == 2
 
 
 def test_paper_mode_keeps_every_seed_and_the_count_varies(index: VectorStoreIndex) -> None:
     hits = retrieve(index, QUERY, 3)
-    output = SCARNodePostprocessor.from_index(index, mode="paper").postprocess_nodes(hits, None)
+    paper = SCARNodePostprocessor.from_index(index, mode="paper", gamma=0.6)
+    output = paper.postprocess_nodes(hits, query_str=QUERY)
     assert {h.node.node_id for h in hits} <= {n.node.node_id for n in output}
     assert len(output) > 3
     seeds = SCARNodePostprocessor.from_index(index, mode="paper", top_n=1).postprocess_nodes(
@@ -123,18 +127,16 @@ async def test_async_equals_sync(index: VectorStoreIndex, query: str, settings: 
 
 
 def test_in_a_query_engine(index: VectorStoreIndex) -> None:
-    from llama_index.core.response_synthesizers import ResponseMode, get_response_synthesizer
+    from llama_index.core.llms import MockLLM
 
-    engine = index.as_query_engine(
-        similarity_top_k=4,
-        node_postprocessors=[SCARNodePostprocessor.from_index(index)],
-        response_synthesizer=get_response_synthesizer(response_mode=ResponseMode.NO_TEXT, llm=None),
-    )
+    scar = SCARNodePostprocessor.from_index(index)
+    engine = index.as_query_engine(llm=MockLLM(), similarity_top_k=4, node_postprocessors=[scar])
     response = engine.query(QUERY)
     assert len(response.source_nodes) == 4
     assert {"scar_origin", "scar_passage"} <= set(response.source_nodes[0].node.metadata)
 
 
+@pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
 def test_qdrant_gives_nodes_with_vectors_and_a_sync_only_client_still_serves_async() -> None:
     qdrant = pytest.importorskip("llama_index.vector_stores.qdrant")
     client = pytest.importorskip("qdrant_client").QdrantClient(location=":memory:")
@@ -144,11 +146,7 @@ def test_qdrant_gives_nodes_with_vectors_and_a_sync_only_client_still_serves_asy
         documents(),
         storage_context=StorageContext.from_defaults(vector_store=store),
         embed_model=embed_model,
-        transformations=[
-            SentenceSplitter(
-                chunk_size=12, chunk_overlap=0, tokenizer=str.split, include_metadata=False
-            )
-        ],  # fmt: skip
+        transformations=[splitter()],
     )
     scar = SCARNodePostprocessor.from_index(index, top_n=5)
     hits = retrieve(index, QUERY, 4)
@@ -158,7 +156,7 @@ def test_qdrant_gives_nodes_with_vectors_and_a_sync_only_client_still_serves_asy
     assert any(n.node.metadata["scar_origin"] == "neighbor" for n in expected)
     import asyncio
 
-    with pytest.warns(UserWarning, match=r"QdrantVectorStore\.aget_nodes failed.*worker thread"):
+    with pytest.warns(UserWarning, match=r"(?s)QdrantVectorStore\.aget_nodes failed.*worker thread"):
         output = asyncio.run(scar.apostprocess_nodes(hits, QueryBundle(QUERY)))
     assert summary(output) == summary(expected)
     again = asyncio.run(scar.apostprocess_nodes(hits, QueryBundle(QUERY)))  # no second warning
