@@ -54,7 +54,7 @@ def chunk_id_of(document: Document) -> str | None:
     store_id = metadata.get("_id")
     return (
         _text(document.id)
-        or None
+        or (None if store_id is None else _text(str(store_id)))
         or _text(metadata.get(CHUNK_ID_KEY))
     )
 

@@ -138,7 +138,7 @@ def _from_get(result: dict[str, Any]) -> Found:
             Document(id=str(chunk_id), page_content=text or "", metadata=metadata or {}),
             None
             if vectors is None
-            else np.asarray(json.loads(v) if isinstance(v := vectors[n], str) else v, float),
+            else np.asarray(json.loads(v), np.float32) if isinstance(v := vectors[n], str) else v,
         )
         for n, (chunk_id, text, metadata) in enumerate(
             zip(result["ids"], result["documents"], result["metadatas"], strict=True)

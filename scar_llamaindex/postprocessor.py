@@ -32,6 +32,7 @@ _BUDGET_ONLY = ("keep", "continuity_bonus")
 _PAPER_ONLY = ("gamma", "window", "direction")
 #: (reason, id(store)) -> the store, so each store instance is warned about once per reason.
 _warned_stores: dict[tuple[str, int], weakref.ref[Any]] = {}
+_UNEXPANDED = {"scar_origin": "hit", "scar_expanded": False, "scar_embedded": 0}
 
 
 class SCARNodePostprocessor(BaseNodePostprocessor):
@@ -261,10 +262,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def _unexpanded(self, nodes: list[NodeWithScore]) -> list[NodeWithScore]:
         return [
             NodeWithScore(
-                node=_annotated(given.node, {
-                    "scar_origin": "hit", "scar_passage": rank, "scar_seed_id": given.node.node_id,
-                    "scar_expanded": False, "scar_embedded": 0,
-                }),  # fmt: skip
+                node=_annotated(
+                    given.node,
+                    {**_UNEXPANDED, "scar_passage": rank, "scar_seed_id": given.node.node_id},
+                ),
                 score=given.score,
             )
             for rank, given in enumerate(nodes[: self.top_n or len(nodes)])
@@ -307,7 +308,9 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                         "score": d.score, "threshold": d.threshold,
                     }  # fmt: skip
                     score = d.relevance if score is None else score
-                out.append(NodeWithScore(node=_annotated(reads.nodes[chunk_id], trace), score=score))
+                out.append(
+                    NodeWithScore(node=_annotated(reads.nodes[chunk_id], trace), score=score)
+                )
         return out
 
     def _warn_about(self, reads: NodeReads, unscored: int) -> None:

@@ -51,6 +51,11 @@ def node_store(
     return docstore
 
 
+def _own_async(store: BasePydanticVectorStore) -> bool:
+    """Whether the store has its own ``aget_nodes`` (the base one blocks on the sync read)."""
+    return type(store).aget_nodes is not BasePydanticVectorStore.aget_nodes
+
+
 class NodeReads:
     """One query's reads: nodes by id, each with a vector, from the docstore or vector store.
 
@@ -137,8 +142,7 @@ class NodeReads:
         store = self.store
         if isinstance(store, BaseDocumentStore):
             return await store.aget_nodes(ids, raise_error=False)
-        own_async = type(store).aget_nodes is not BasePydanticVectorStore.aget_nodes
-        if store is not None and own_async and self.use_async:
+        if isinstance(store, BasePydanticVectorStore) and self.use_async and _own_async(store):
             try:
                 return await store.aget_nodes(node_ids=ids)
             except Exception as error:  # the sync read answers; the caller warns once

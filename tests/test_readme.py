@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -36,22 +32,3 @@ def test_the_readme_is_short_and_points_only_where_a_user_can_follow() -> None:
     for target in re.findall(r"\]\(([^)#]+)\)", README):
         if not target.startswith("http"):
             assert (ROOT / target).exists(), target
-
-
-@pytest.mark.model
-@pytest.mark.parametrize("index", [0, 1])
-def test_the_quickstarts_run_and_show_scars_gain(index: int) -> None:
-    code = _blocks("python")[index]
-    result = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    if index == 0:
-        plain, scar = result.stdout.split("== SCAR")
-        assert plain.count("|") == scar.count("|") == 4  # the same number of chunks
-        assert "neighbor" in scar and "neighbor" not in plain

@@ -90,70 +90,62 @@ class Benchmark:
     queries: tuple[EvalQuery, ...]
 
 
+def _check(ok: object, message: str) -> None:
+    if not ok:
+        raise DataFormatError(message)
+
+
 def _require_file(path: Path, what: str) -> None:
-    if not path.is_file():
-        problem = "does not exist" if not path.exists() else "is not a file"
-        raise DataFormatError(f"{what} {str(path)!r} {problem}.")
+    _check(path.is_file(), f"{what} {str(path)!r} does not exist or is not a file.")
 
 
 def _parse_query(
-    raw: object,
-    index: int,
-    source: str,
-    document_text: Callable[[str, str], str],
-    keys: tuple[str, ...],
+    raw: object, index: int, source: str, text_of: Callable[[str, str], str], keys: tuple[str, ...]
 ) -> EvalQuery:
-    """Validate one query object; ``document_text(doc_id, where)`` returns a document's text."""
-    if not isinstance(raw, dict):
-        raise DataFormatError(
-            f"{source}: query {index} is a {type(raw).__name__}; expected an object."
-        )
-    text = raw.get("query")
-    if not isinstance(text, str) or not text.strip():
-        raise DataFormatError(
-            f"{source}: query {index}: 'query' must be a non-empty string, not {text!r}."
-        )
-    name = f"query {index} ({text[:60]!r})"
-    snippets = raw.get("snippets")
-    if not isinstance(snippets, list) or not snippets:
-        raise DataFormatError(
-            f"{source}: {name} has no evidence; 'snippets' must be a non-empty list of "
-            f'{{"{keys[0]}": ..., "span": [start, end]}}.'
-        )
+    """Validate one query object; ``text_of(doc_id, where)`` returns a document's text."""
+    _check(isinstance(raw, dict), f'{source}: query {index} is not an object {{"query": ...}}.')
+    assert isinstance(raw, dict)
+    text, snippets = raw.get("query"), raw.get("snippets")
+    _check(
+        isinstance(text, str) and text.strip(),
+        f"{source}: query {index}: 'query' must be a non-empty string, not {text!r}.",
+    )
+    name = f"{source}: query {index} ({str(text)[:60]!r})"
+    _check(
+        isinstance(snippets, list) and snippets,
+        f"{name} has no evidence; 'snippets' must be a non-empty list.",
+    )
     spans: list[EvidenceSpan] = []
-    for number, snippet in enumerate(snippets):
-        where = f"{source}: {name}, snippet {number}"
-        if not isinstance(snippet, dict):
-            raise DataFormatError(f"{where} is a {type(snippet).__name__}; expected an object.")
+    for number, snippet in enumerate(snippets):  # type: ignore[arg-type]
+        where = f"{name}, snippet {number}"
+        _check(isinstance(snippet, dict), f"{where} is not an object.")
         document_id = next((snippet[key] for key in keys if key in snippet), None)
-        if not isinstance(document_id, str) or not document_id:
-            raise DataFormatError(
-                f"{where} names no document; give {' or '.join(map(repr, keys))}."
-            )
+        _check(
+            isinstance(document_id, str) and document_id,
+            f"{where} names no document; give {' or '.join(keys)}.",
+        )
         where = f"{where}, file {document_id!r}"
         span = snippet.get("span")
-        if not (
-            isinstance(span, list)
-            and len(span) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in span)
-        ):
-            raise DataFormatError(f"{where}: span {span!r} must be [start, end] with two integers.")
+        _check(
+            isinstance(span, list) and len(span) == 2 and all(type(v) is int for v in span),
+            f"{where}: span {span!r} must be [start, end] with two integers.",
+        )
         start, end = span
-        document = document_text(document_id, where)
-        if not 0 <= start < end <= len(document):
-            raise DataFormatError(
-                f"{where}: span [{start}, {end}] is out of range; it must satisfy "
-                f"0 <= start < end <= {len(document)} (the document's length in characters)."
-            )
+        document = text_of(document_id, where)
+        _check(
+            0 <= start < end <= len(document),
+            f"{where}: span [{start}, {end}] is out of range; it must satisfy 0 <= start < end <= "
+            f"{len(document)} (the document's length in characters).",
+        )
         answer = snippet.get("answer")
-        if answer is not None and answer != document[start:end]:
-            raise DataFormatError(
-                f"{where}: the answer starts {str(answer)[:40]!r} but the text at span "
-                f"[{start}, {end}] starts {document[start : start + 40]!r}. Spans count characters "
-                "(not bytes) of the text read with universal newlines."
-            )
+        _check(
+            answer is None or answer == document[start:end],
+            f"{where}: the answer starts {str(answer)[:40]!r} but the text at span [{start}, {end}] "
+            f"starts {document[start : start + 40]!r}. Spans count characters (not bytes) of the "
+            "text read with universal newlines.",
+        )
         spans.append(EvidenceSpan(document_id, start, end))
-    return EvalQuery(index=index, text=text, spans=tuple(spans))
+    return EvalQuery(index=index, text=str(text), spans=tuple(spans))
 
 
 def read_legalbench(
@@ -172,34 +164,29 @@ def read_legalbench(
     """
     benchmark_path, corpus_dir = Path(benchmark_path), Path(corpus_dir)
     _require_file(benchmark_path, "the benchmark file")
-    if not corpus_dir.is_dir():
-        raise DataFormatError(
-            f"the corpus folder {str(corpus_dir)!r} does not exist or is not a folder; give the "
-            "folder that file_path values are relative to (use --format jsonl for corpus.jsonl)."
-        )
-    root = corpus_dir.resolve()
-    source = str(benchmark_path)
+    _check(
+        corpus_dir.is_dir(),
+        f"the corpus folder {str(corpus_dir)!r} does not exist or is not a folder; give the folder "
+        "that file_path values are relative to (or --format jsonl with corpus.jsonl).",
+    )
+    root, source = corpus_dir.resolve(), str(benchmark_path)
     try:
         payload = json.loads(benchmark_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataFormatError(f"{source} is not valid UTF-8 JSON: {exc}") from exc
     tests = payload.get("tests") if isinstance(payload, dict) else None
-    if not isinstance(tests, list) or not tests:
-        raise DataFormatError(
-            f'{source} has no non-empty "tests" list; expected {{"tests": [...]}}.'
-        )
+    _check(isinstance(tests, list) and tests, f'{source} has no non-empty "tests" list.')
     documents: dict[str, str] = {}
 
-    def document_text(document_id: str, where: str) -> str:
+    def text_of(document_id: str, where: str) -> str:
         if document_id not in documents:
-            path = (corpus_dir / document_id).resolve()
-            if not path.is_relative_to(root):
-                raise DataFormatError(
-                    f"{where}: file_path {document_id!r} resolves to {str(path)!r}, outside the "
-                    f"corpus folder {str(root)!r}; file_path must name a file inside the corpus."
-                )
-            if not path.is_file():
-                raise DataFormatError(f"{where}: no such file in the corpus folder: {str(path)!r}.")
+            path = (corpus_dir / document_id).resolve()  # follows symlinks, folds ".."
+            _check(
+                path.is_relative_to(root),
+                f"{where}: file_path {document_id!r} resolves to {str(path)!r}, outside the corpus "
+                f"folder {str(root)!r}; file_path must name a file inside the corpus folder.",
+            )
+            _check(path.is_file(), f"{where}: no such file in the corpus folder: {str(path)!r}.")
             try:
                 documents[document_id] = path.read_text(encoding="utf-8")
             except UnicodeDecodeError as exc:
@@ -207,26 +194,21 @@ def read_legalbench(
         return documents[document_id]
 
     queries = tuple(
-        _parse_query(raw, index, source, document_text, ("file_path",))
-        for index, raw in enumerate(tests)
-    )
+        _parse_query(raw, i, source, text_of, ("file_path",)) for i, raw in enumerate(tests)
+    )  # type: ignore[arg-type]
     return Benchmark(name=name or benchmark_path.stem, documents=documents, queries=queries)
 
 
 def _jsonl_rows(path: Path) -> list[tuple[int, object]]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise DataFormatError(f"{str(path)!r} is not UTF-8 text ({exc}).") from exc
     rows: list[tuple[int, object]] = []
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            try:
+    try:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
                 rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise DataFormatError(
-                    f"{str(path)!r}, line {number}: not valid JSON ({exc})."
-                ) from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataFormatError(
+            f"{str(path)!r}, line {len(rows) + 1} or so: not UTF-8 JSON ({exc})."
+        ) from exc
     return rows
 
 
@@ -252,31 +234,27 @@ def read_jsonl_benchmark(
     corpus: dict[str, str] = {}
     for number, row in _jsonl_rows(corpus_path):
         where = f"{str(corpus_path)!r}, line {number}"
-        document_id = row.get("id") if isinstance(row, dict) else None
-        text = row.get("text") if isinstance(row, dict) else None
-        if not isinstance(document_id, str) or not document_id or not isinstance(text, str):
-            raise DataFormatError(
-                f'{where}: expected {{"id": non-empty string, "text": string}}, got {str(row)[:80]}.'
-            )
-        if document_id in corpus:
-            raise DataFormatError(f"{where}: document id {document_id!r} appears twice.")
-        corpus[document_id] = text
+        document_id, text = (
+            row.get("id") if isinstance(row, dict) else None,
+            row.get("text") if isinstance(row, dict) else None,
+        )
+        _check(
+            isinstance(document_id, str) and document_id and isinstance(text, str),
+            f'{where}: expected {{"id": non-empty string, "text": string}}, got {str(row)[:80]}.',
+        )
+        _check(document_id not in corpus, f"{where}: document id {document_id!r} appears twice.")
+        corpus[str(document_id)] = str(text)
     documents: dict[str, str] = {}
 
-    def document_text(document_id: str, where: str) -> str:
-        if document_id not in corpus:
-            raise DataFormatError(f"{where}: no document with this id in {str(corpus_path)!r}.")
+    def text_of(document_id: str, where: str) -> str:
+        _check(document_id in corpus, f"{where}: no document with this id in {str(corpus_path)!r}.")
         documents[document_id] = corpus[document_id]
         return corpus[document_id]
 
-    source = str(queries_path)
-    rows = _jsonl_rows(queries_path)
-    if not rows:
-        raise DataFormatError(f"{source} holds no queries.")
-    queries = tuple(
-        _parse_query(raw, index, source, document_text, ("doc_id", "file_path"))
-        for index, (_, raw) in enumerate(rows)
-    )
+    source, rows = str(queries_path), _jsonl_rows(queries_path)
+    _check(rows, f"{source} holds no queries.")
+    keys = ("doc_id", "file_path")
+    queries = tuple(_parse_query(raw, i, source, text_of, keys) for i, (_, raw) in enumerate(rows))
     return Benchmark(name=name or queries_path.stem, documents=documents, queries=queries)
 
 

@@ -22,9 +22,8 @@ Protocol (defaults of :class:`EvalConfig`):
 
 from __future__ import annotations
 
-import math
+import json
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -70,7 +69,6 @@ DEFAULT_METHODS = ("topk", "default", "static1", "static2", "scar1", "scar2", "p
                    "topk_matched", "topk_matched_default")  # fmt: skip
 #: Query groups, in report order.
 GROUPS = ("fragmented", "atomic", "all")
-_METRICS = ("recall", "char_recall", "chunks", "tokens")
 
 
 @dataclass(frozen=True)
@@ -120,8 +118,6 @@ class EvalConfig:
             raise InvalidSettingsError(
                 f"reference={self.reference!r} is not among the methods {list(self.methods)}; add it."
             )
-        if not isinstance(self.n_resamples, int) or self.n_resamples < 0:
-            raise InvalidSettingsError(f"n_resamples={self.n_resamples!r} must be an integer >= 0.")
 
 
 @dataclass
@@ -235,40 +231,19 @@ class _Tokens:
     """cl100k_base tokens of a selection's stitched passages, each distinct passage counted once."""
 
     def __init__(self, corpus: ChunkedCorpus) -> None:
-        self.corpus = corpus
-        self.count = token_counter()
-        self.memo: dict[tuple[str, ...], int] = {}
+        self.corpus, self.count, self.memo = corpus, token_counter(), dict[tuple[str, ...], int]()
 
     def __call__(self, selection: Selection) -> int:
-        total = 0
         for passage in selection.passages:
             if passage not in self.memo:
                 chunks = [self.corpus.chunks[self.corpus.row_of[c]] for c in passage]
                 text = stitch([c.text for c in chunks], [c.start for c in chunks])
                 self.memo[passage] = self.count(text)
-            total += self.memo[passage]
-        return total
+        return sum(self.memo[passage] for passage in selection.passages)
 
 
-def score(
-    prepared: PreparedBenchmark, selections: Sequence[Selection], tokens: _Tokens | None
-) -> QueryScores:
-    """Score one method's selections, one per evaluated query."""
-    corpus = prepared.corpus
-    n = len(selections)
-    recall, chars, chunks = np.zeros(n), np.zeros(n), np.zeros(n)
-    counts = np.zeros(n) if tokens is not None else None
-    for i, selection in enumerate(selections):
-        ids = selection.chunk_ids
-        picked = [corpus.chunks[corpus.row_of[c]] for c in ids]
-        recall[i] = chunk_recall(ids, prepared.gold[i])
-        chars[i] = evidence_character_recall(
-            prepared.evidence[i], [(c.document_id, c.start, c.end) for c in picked]
-        )
-        chunks[i] = len(set(ids))
-        if counts is not None and tokens is not None:
-            counts[i] = tokens(selection)
-    return QueryScores(recall, chars, chunks, counts)
+#: One method's run: a selection per evaluated query, and its per-query scores.
+Run = tuple[list[Selection], QueryScores]
 
 
 def run_methods(
@@ -278,60 +253,45 @@ def run_methods(
     *,
     count_tokens: bool = True,
     show_progress: bool = False,
-) -> dict[str, tuple[list[Selection], QueryScores]]:
-    """Run every method on every evaluated query and score it.
+) -> dict[str, Run]:
+    """Run every method on every evaluated query at ``--k`` = ``k``, and score it (step 4).
 
     Returns:
         ``name -> (one selection per query, per-query scores)``.
     """
     tokens = _Tokens(prepared.corpus) if count_tokens else None
     contexts = [prepared.context(p, k) for p in range(len(prepared.queries))]
-    runs: dict[str, tuple[list[Selection], QueryScores]] = {}
-    steps = progress(
+    corpus, n = prepared.corpus, len(contexts)
+    runs: dict[str, Run] = {}
+    for name, method in progress(
         methods.items(), total=len(methods), description="methods", enabled=show_progress
-    )
-    for name, method in steps:
+    ):
         selections = [method(context) for context in contexts]
-        runs[name] = (selections, score(prepared, selections, tokens))
+        scores = QueryScores(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n) if tokens else None)
+        for i, selection in enumerate(selections):
+            ids = selection.chunk_ids
+            cover = [
+                (c.document_id, c.start, c.end)
+                for c in (corpus.chunks[corpus.row_of[x]] for x in ids)
+            ]
+            scores.recall[i] = chunk_recall(ids, prepared.gold[i])
+            scores.char_recall[i] = evidence_character_recall(prepared.evidence[i], cover)
+            scores.chunks[i] = len(set(ids))
+            if scores.tokens is not None and tokens is not None:
+                scores.tokens[i] = tokens(selection)
+        runs[name] = (selections, scores)
     return runs
 
 
-def _sweep(
-    prepared: PreparedBenchmark, k: int, registry: MethodRegistry, show: bool
-) -> list[dict[str, Any]]:
-    curves = {
-        "top-B": [f"top{b}" for b in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 20)],
-        f"static ±W (k={k})": ["topk", "static1", "static2", "static3"],
-        f"paper SCAR ±1 over γ (k={k})": [
-            f"scar1_g{g}" for g in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-        ],
-        "budget B": [f"budget{b}" for b in (3, 4, 5, 7, 10, 12, 15)],
-    }
-    names = [n for members in curves.values() for n in members]
-    runs = run_methods(
-        prepared,
-        {n: registry.create(n, k) for n in names},
-        k,
-        count_tokens=False,
-        show_progress=show,
-    )
-    return [
-        {
-            "label": label,
-            "points": [
-                {
-                    "method": name,
-                    **{g: _summary(prepared, runs[name][1], g).as_dict() for g in GROUPS},
-                }
-                for name in members
-            ],
-        }
-        for label, members in curves.items()
-    ]
-
-
-def _summary(prepared: PreparedBenchmark, scores: QueryScores, group: str) -> MethodSummary:
-    return summarize(scores.subset(prepared.group_mask(group)))
+#: The curves of the sweep: label and method names (``{k}`` is ``--k``).
+SWEEP = {
+    "top-B": [f"top{b}" for b in (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 20)],
+    "static ±W, k={k}": ["topk", "static1", "static2", "static3"],
+    "paper SCAR ±1 over γ, k={k}": [
+        f"scar1_g{g}" for g in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+    ],
+    "budget B": [f"budget{b}" for b in (3, 4, 5, 7, 10, 12, 15)],
+}
 
 
 @dataclass
@@ -343,106 +303,81 @@ class EvalResults:
         prepared: The prepared benchmark.
         runs: ``method -> (selections, per-query scores)``.
         bootstrap: The paired comparisons with the reference, or ``None``.
-        sweep: The recall-against-chunks curves, or ``None``.
+        sweep: ``label -> method -> group -> means`` of the sweep's curves, or ``None``.
         timings: Seconds per stage.
     """
 
     config: dict[str, Any]
     prepared: PreparedBenchmark
-    runs: dict[str, tuple[list[Selection], QueryScores]]
+    runs: dict[str, Run]
     bootstrap: dict[str, Any] | None = None
-    sweep: list[dict[str, Any]] | None = None
+    sweep: dict[str, dict[str, dict[str, dict[str, float | None]]]] | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     def summary(self, group: str) -> dict[str, MethodSummary]:
         """``method -> means`` over the queries of ``group``."""
-        return {
-            name: _summary(self.prepared, scores, group) for name, (_, scores) in self.runs.items()
-        }
+        mask = self.prepared.group_mask(group)
+        return {name: summarize(scores.subset(mask)) for name, (_, scores) in self.runs.items()}
 
     def per_query_rows(self) -> list[dict[str, Any]]:
         """One JSON-ready row per evaluated query, with every method's scores on it."""
-        rows = []
-        for i, query in enumerate(self.prepared.queries):
-            methods = {}
-            for name, (_, s) in self.runs.items():
-                tokens = None if s.tokens is None else float(s.tokens[i])
-                methods[name] = {"recall": float(s.recall[i]), "char_recall": float(s.char_recall[i]),
-                                 "chunks": int(s.chunks[i]), "tokens": tokens}  # fmt: skip
-            group = "fragmented" if self.prepared.fragmented[i] else "atomic"
+        prepared, rows = self.prepared, []
+        for i, query in enumerate(prepared.queries):
+            methods = {
+                name: {"recall": s.recall[i], "char_recall": s.char_recall[i], "chunks": int(s.chunks[i]),
+                       "tokens": None if s.tokens is None else int(s.tokens[i])}
+                for name, (_, s) in self.runs.items()
+            }  # fmt: skip
+            group = "fragmented" if prepared.fragmented[i] else "atomic"
             rows.append({"index": query.index, "query": query.text, "group": group,
-                         "gold_chunks": len(self.prepared.gold[i]), "methods": methods})  # fmt: skip
-        return rows
+                         "gold_chunks": len(prepared.gold[i]), "methods": methods})  # fmt: skip
+        return json.loads(json.dumps(rows, default=float))  # type: ignore[no-any-return]
 
     def to_dict(self) -> dict[str, Any]:
-        """The results as the JSON document ``scar eval`` writes (NaN becomes ``null``)."""
+        """The results as the JSON document ``scar eval`` writes (NaN means become ``null``)."""
         prepared = self.prepared
-        payload = {
-            "config": self.config,
-            "benchmark": {
-                "name": prepared.benchmark.name,
-                "documents": len(prepared.benchmark.documents),
-                "chunks": len(prepared.corpus),
-                "queries": len(prepared.benchmark.queries),
-                "evaluated_queries": len(prepared.queries),
-                "excluded_queries": {str(i): why for i, why in prepared.excluded.items()},
-            },
-            "groups": {
-                g: {
-                    "n": int(prepared.group_mask(g).sum()),
-                    "methods": {n: s.as_dict() for n, s in self.summary(g).items()},
-                }
-                for g in GROUPS
-            },  # fmt: skip
-            "bootstrap": self.bootstrap,
-            "sweep": self.sweep,
-            "timings_seconds": self.timings,
+        groups = {
+            g: {"n": int(prepared.group_mask(g).sum()),
+                "methods": {n: s.as_dict() for n, s in self.summary(g).items()}}
+            for g in GROUPS
+        }  # fmt: skip
+        benchmark = {
+            "name": prepared.benchmark.name,
+            "documents": len(prepared.benchmark.documents),
+            "chunks": len(prepared.corpus),
+            "queries": len(prepared.benchmark.queries),
+            "evaluated_queries": len(prepared.queries),
+            "excluded_queries": {str(i): why for i, why in prepared.excluded.items()},
         }
-        return _json_ready(payload)  # type: ignore[no-any-return]
-
-
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    if isinstance(value, np.generic):
-        return _json_ready(value.item())
-    return value
+        return {"config": self.config, "benchmark": benchmark, "groups": groups, "bootstrap": self.bootstrap,
+                "sweep": self.sweep, "timings_seconds": self.timings}  # fmt: skip
 
 
 def _bootstrap(
-    prepared: PreparedBenchmark,
-    runs: dict[str, tuple[list[Selection], QueryScores]],
-    config: EvalConfig,
+    prepared: PreparedBenchmark, runs: dict[str, Run], config: EvalConfig
 ) -> dict[str, Any]:
-    reference = runs[config.compared_with][1]
-    others = [name for name in runs if name != config.compared_with]
+    reference, others = (
+        runs[config.compared_with][1],
+        [n for n in runs if n != config.compared_with],
+    )
     groups: dict[str, Any] = {}
     for group in GROUPS:
         mask = prepared.group_mask(group)
         if not mask.any() or not others:
             continue
         table: dict[str, dict[str, Any]] = {name: {} for name in others}
-        for metric in _METRICS:
-            values = getattr(reference, metric)
-            if values is None:
+        for metric in ("recall", "char_recall", "chunks", "tokens"):
+            if getattr(reference, metric) is None:
                 continue
             compared = paired_bootstrap_many(
-                values[mask], {n: getattr(runs[n][1], metric)[mask] for n in others},
+                getattr(reference, metric)[mask], {n: getattr(runs[n][1], metric)[mask] for n in others},
                 n_resamples=config.n_resamples, seed=config.seed,
             )  # fmt: skip
             for name, comparison in compared.items():
                 table[name][metric] = comparison.as_dict()
         groups[group] = table
-    return {
-        "reference": config.compared_with,
-        "n_resamples": config.n_resamples,
-        "seed": config.seed,
-        "groups": groups,
-    }
+    return {"reference": config.compared_with, "n_resamples": config.n_resamples, "seed": config.seed,
+            "groups": groups}  # fmt: skip
 
 
 def run_evaluation(
@@ -472,25 +407,34 @@ def run_evaluation(
     """
     config = config or EvalConfig()
     methods = {name: registry.create(name, config.k) for name in config.methods}
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
+    clock = [time.perf_counter()]
     prepared = prepare_benchmark(
         benchmark, embedder, scope=config.scope, chunk_size=config.chunk_size,
         chunk_overlap=config.chunk_overlap, splitter=splitter, cache=cache, show_progress=show_progress,
     )  # fmt: skip
-    timings["prepare"] = time.perf_counter() - started
-    started = time.perf_counter()
+    clock.append(time.perf_counter())
     runs = run_methods(prepared, methods, config.k, show_progress=show_progress)
-    timings["methods"] = time.perf_counter() - started
-    bootstrap = None
-    if config.n_resamples:
-        started = time.perf_counter()
-        bootstrap = _bootstrap(prepared, runs, config)
-        timings["bootstrap"] = time.perf_counter() - started
-    curves = None
+    clock.append(time.perf_counter())
+    bootstrap = _bootstrap(prepared, runs, config) if config.n_resamples else None
+    clock.append(time.perf_counter())
+    sweep = None
     if config.sweep:
-        started = time.perf_counter()
-        curves = _sweep(prepared, config.k, registry, show_progress)
-        timings["sweep"] = time.perf_counter() - started
+        names = {n for members in SWEEP.values() for n in members}
+        swept = run_methods(prepared, {n: registry.create(n, config.k) for n in names}, config.k,
+                            count_tokens=False, show_progress=show_progress)  # fmt: skip
+        sweep = {
+            label.format(k=config.k): {
+                n: {
+                    g: summarize(swept[n][1].subset(prepared.group_mask(g))).as_dict()
+                    for g in GROUPS
+                }
+                for n in members
+            }
+            for label, members in SWEEP.items()
+        }
+    clock.append(time.perf_counter())
+    timings = dict(
+        zip(("prepare", "methods", "bootstrap", "sweep"), np.diff(clock).tolist(), strict=True)
+    )
     settings = asdict(config) | {"methods": list(config.methods), "embedder": embedder.model_name}
-    return EvalResults(settings, prepared, runs, bootstrap, curves, timings)
+    return EvalResults(settings, prepared, runs, bootstrap, sweep, timings)

@@ -8,6 +8,7 @@ machine and nothing of ours is mocked.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -38,6 +39,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OPTIONAL = ("sentence_transformers", "torch", "transformers", "openai", "httpx", "httpx2")
+# A skip that does not import sentence-transformers (and torch) into the test process.
+needs_sentence_transformers = pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is None,
+    reason="the sentence-transformers extra is not installed",
+)
 
 
 def run_python(code: str) -> str:
@@ -57,8 +63,8 @@ def test_scar_core_imports_without_any_optional_package() -> None:
     assert loaded.strip() == "[]"
 
 
+@needs_sentence_transformers
 def test_sentence_transformer_embedder_loads_its_model_lazily() -> None:
-    pytest.importorskip("sentence_transformers")
     printed = run_python(
         "import sys\n"
         "from scar_core.embedders import SentenceTransformerEmbedder, default_embedder\n"
@@ -79,9 +85,9 @@ def test_missing_packages_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
         OpenAIEmbedder(api_key="sk-test")
 
 
+@needs_sentence_transformers
 @pytest.mark.parametrize("batch_size", [0, -1, 1.5, True])
 def test_bad_batch_size_is_refused(batch_size: Any) -> None:
-    pytest.importorskip("sentence_transformers")
     with pytest.raises(InvalidSettingsError, match=f"batch_size={batch_size!r}"):
         SentenceTransformerEmbedder(batch_size=batch_size)
 

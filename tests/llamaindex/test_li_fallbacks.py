@@ -28,7 +28,9 @@ BUNDLE = QueryBundle("q", embedding=angle(0.0))
 
 
 def unlinked(count: int) -> list[TextNode]:
-    return [TextNode(id_=f"u{i}", text=f"unlinked {i}", embedding=angle(10 * i)) for i in range(count)]
+    return [
+        TextNode(id_=f"u{i}", text=f"unlinked {i}", embedding=angle(10 * i)) for i in range(count)
+    ]
 
 
 def test_unlinked_input_comes_back_as_it_came_with_one_warning() -> None:
@@ -78,7 +80,9 @@ def test_nodes_without_stored_vectors_are_embedded_once_with_one_warning(tmp_pat
         warnings.simplefilter("error")
         second = scar.postprocess_nodes(hits, QueryBundle(QUERY))
         other = SCARNodePostprocessor(  # another postprocessor on the same store: warned already
-            docstore=index.docstore, embed_model=embed_model, embedding_cache=EmbeddingCache()
+            docstore=index.docstore,
+            embed_model=embed_model,
+            embedding_cache=EmbeddingCache(tmp_path / "2"),
         )
         other.postprocess_nodes(hits, QueryBundle(QUERY))
     assert {n.node.metadata["scar_embedded"] for n in second} == {0}  # cached

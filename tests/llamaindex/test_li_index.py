@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -83,7 +85,7 @@ def test_passages_are_runs_of_linked_nodes_in_document_order(index: VectorStoreI
     output = SCARNodePostprocessor.from_index(index).postprocess_nodes(hits, query_str=QUERY)
     passages = [n.node.metadata["scar_passage"] for n in output]
     assert passages == sorted(passages)
-    for before, after in zip(output, output[1:], strict=False):
+    for before, after in itertools.pairwise(output):
         if before.node.metadata["scar_passage"] == after.node.metadata["scar_passage"]:
             assert before.node.next_node is not None
             assert before.node.next_node.node_id == after.node.node_id
@@ -154,9 +156,9 @@ def test_qdrant_gives_nodes_with_vectors_and_a_sync_only_client_still_serves_asy
     expected = scar.postprocess_nodes(hits, QueryBundle(QUERY))
     assert embed_model.texts_embedded == texts
     assert any(n.node.metadata["scar_origin"] == "neighbor" for n in expected)
-    import asyncio
-
-    with pytest.warns(UserWarning, match=r"(?s)QdrantVectorStore\.aget_nodes failed.*worker thread"):
+    with pytest.warns(
+        UserWarning, match=r"(?s)QdrantVectorStore\.aget_nodes failed.*worker thread"
+    ):
         output = asyncio.run(scar.apostprocess_nodes(hits, QueryBundle(QUERY)))
     assert summary(output) == summary(expected)
     again = asyncio.run(scar.apostprocess_nodes(hits, QueryBundle(QUERY)))  # no second warning

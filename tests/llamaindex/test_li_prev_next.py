@@ -90,7 +90,7 @@ def test_the_selection_is_scar_cores_on_the_same_vectors(mode: str, top_n: int) 
             n.embedding,
             n.prev_node and n.prev_node.node_id,
             n.next_node and n.next_node.node_id,
-        )  # fmt: skip
+        )
         for n in A + B + C
     }
     ids = [n.node_id for n in HITS]

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
-from li_support import WordHashEmbedding, angle, docstore_of, hash_index, linked_nodes, scored
+from li_support import (
+    QUERY,
+    WordHashEmbedding,
+    angle,
+    docstore_of,
+    documents,
+    hash_index,
+    linked_nodes,
+    scored,
+    splitter,
+)
+from llama_index.core import VectorStoreIndex
 from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.schema import QueryBundle
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores import SimpleVectorStore
 
 from scar_core.errors import InvalidSettingsError
-from scar_llamaindex import SCARNodePostprocessor
+from scar_llamaindex import SCAREmbedding, SCARNodePostprocessor
 
 BUDGET_ONLY = {"keep": 1, "continuity_bonus": 0.0}
 PAPER_ONLY = {"gamma": 0.5, "window": 2, "direction": "next"}
@@ -76,7 +88,7 @@ def test_values_out_of_range_are_refused_naming_the_field(
 
 
 def test_keep_above_top_n_is_refused() -> None:
-    with pytest.raises(InvalidSettingsError, match="keep=4 is larger than top_n=3; .*lower keep"):
+    with pytest.raises(InvalidSettingsError, match=r"keep=4 is larger than top_n=3; .*lower keep"):
         make(keep=4, top_n=3)
 
 
@@ -116,3 +128,35 @@ def test_it_is_a_llamaindex_component() -> None:
     description = SCARNodePostprocessor.model_fields["continuity_bonus"].description
     assert description is not None
     assert "Budget mode" in description
+
+
+class WordHashEmbedder:
+    """A scar_core Embedder (the protocol SCAREmbedding wraps) over WordHashEmbedding's vectors."""
+
+    model_name = "word-hash-embedder"
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return np.array([WordHashEmbedding().vector(t) for t in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return np.array(WordHashEmbedding().vector(text))
+
+
+def test_scar_embedding_wraps_a_scar_core_embedder() -> None:
+    embed_model = SCAREmbedding(WordHashEmbedder())
+    assert embed_model.model_name == "word-hash-embedder"
+    assert SCAREmbedding.class_name() == "SCAREmbedding"
+    index = VectorStoreIndex.from_documents(
+        documents(), embed_model=embed_model, transformations=[splitter()]
+    )
+    hits = index.as_retriever(similarity_top_k=3).retrieve(QUERY)
+    output = SCARNodePostprocessor.from_index(index).postprocess_nodes(hits, query_str=QUERY)
+    assert len(output) == 3
+    assert embed_model.get_text_embedding("word3x2") == WordHashEmbedding().vector("word3x2")
+
+
+@pytest.mark.model
+async def test_scar_embedding_defaults_to_the_bundled_minilm() -> None:
+    embed_model = SCAREmbedding()
+    assert embed_model.model_name == "sentence-transformers/all-MiniLM-L6-v2"
+    assert len(await embed_model.aget_query_embedding("CCTV retention")) == 384

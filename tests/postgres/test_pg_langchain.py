@@ -1,0 +1,159 @@
+"""SCARRetriever and link_store on a real pgvector database (langchain-postgres PGVectorStore).
+
+The same corpus, with the same float32 vectors, lives in a PGVectorStore and in an
+InMemoryVectorStore: the retriever must answer alike from both, embed no chunk at query time
+and make at most two ``get`` calls per query beyond the search. SCAR uses the store's own
+connections (its ``PGEngine``); it opens none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from lc_stores import (
+    ROUND_TRIPS,
+    STORES,
+    Corpus,
+    CountingEmbeddings,
+    comparable,
+    counted,
+    make_corpus,
+    scores,
+    store_ids,
+)
+from scar_langchain import SCARRetriever, link_chunks, link_store
+from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain.stores import reader_for
+
+langchain_postgres = pytest.importorskip("langchain_postgres")
+
+
+class CountingPGVectorStore(langchain_postgres.PGVectorStore):  # type: ignore[misc]
+    """The real PGVectorStore; ``get``/``aget`` (SCAR's only reads) count their calls."""
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        return counted("pgvector", super().get)(*args, **kwargs)
+
+    async def aget(self, *args: Any, **kwargs: Any) -> Any:
+        return await counted("pgvector", super().aget)(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def corpus() -> Corpus:
+    return make_corpus()
+
+
+@pytest.fixture(scope="module")
+def engine(postgres: Any) -> Iterator[Any]:
+    pg_engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("psycopg"))
+    yield pg_engine
+    asyncio.run(pg_engine.close())
+
+
+def pg_store(
+    engine: Any,
+    table: str,
+    corpus: Corpus,
+    documents: list[Any],
+    ids: list[Any],
+    **table_options: Any,
+) -> Any:
+    engine.init_vectorstore_table(table, corpus.dimension, **table_options)
+    columns = [c.name for c in table_options.get("metadata_columns", [])]
+    store = CountingPGVectorStore.create_sync(
+        engine, CountingEmbeddings(corpus), table, metadata_columns=columns
+    )
+    store.add_documents(documents, ids=ids)
+    store.embeddings.calls = store.embeddings.texts_embedded = 0
+    return store
+
+
+@pytest.fixture(scope="module")
+def stores(engine: Any, corpus: Corpus) -> tuple[Any, Any]:
+    """The linked corpus in PGVectorStore and in memory."""
+    on_pg = pg_store(engine, "scar_lc_corpus", corpus, corpus.linked, corpus.ids)
+    return on_pg, STORES["memory"](CountingEmbeddings(corpus), corpus.linked, corpus.ids)
+
+
+def test_pg_holds_the_memory_stores_chunks_and_exact_vectors(
+    stores: tuple[Any, Any], corpus: Corpus
+) -> None:
+    on_pg, in_memory = (reader_for(s).read(corpus.ids) for s in stores)
+    assert sorted(on_pg) == sorted(in_memory) == sorted(corpus.ids)
+    for chunk_id, (document, vector) in on_pg.items():
+        assert comparable([document]) == comparable([in_memory[chunk_id][0]])
+        assert vector.tolist() == in_memory[chunk_id][1]
+
+
+async def test_pg_answers_equal_memory_with_no_chunk_embedded_and_two_reads(
+    stores: tuple[Any, Any], corpus: Corpus
+) -> None:
+    on_pg, in_memory = stores
+    neighbours = 0
+    settings_list = [{"k": k} for k in range(3, 9)] + [
+        {"k": k, "mode": "paper"} for k in range(3, 9)
+    ]
+    for settings in settings_list:
+        pg_retriever = SCARRetriever(vectorstore=on_pg, **settings)
+        memory_retriever = SCARRetriever(vectorstore=in_memory, **settings)
+        for query in corpus.queries:
+            ROUND_TRIPS.clear()
+            got = pg_retriever.invoke(query)
+            assert 1 <= ROUND_TRIPS["pgvector"] <= 2, (settings, query)
+            ROUND_TRIPS.clear()
+            assert await pg_retriever.ainvoke(query) == got, (settings, query)
+            assert 1 <= ROUND_TRIPS["pgvector"] <= 2, (settings, query)
+            want = memory_retriever.invoke(query)
+            assert comparable(got) == comparable(want), (settings, query)
+            assert scores(got) == pytest.approx(scores(want), rel=1e-12), (settings, query)
+            neighbours += sum(d.metadata["scar_origin"] == "neighbor" for d in got)
+    assert neighbours > 0
+    assert on_pg.embeddings.calls == on_pg.embeddings.texts_embedded == 0  # cold and warm
+
+
+@pytest.mark.parametrize("columns", [False, True], ids=["json-metadata", "metadata-columns"])
+def test_pg_link_store_links_like_link_chunks_without_re_embedding(
+    engine: Any, corpus: Corpus, table_name: str, columns: bool
+) -> None:
+    order = list(range(len(corpus.split)))
+    random.Random(5).shuffle(order)
+    ids = store_ids(len(order))
+    options: dict[str, Any] = {}
+    if columns:
+        Column = langchain_postgres.Column
+        options["metadata_columns"] = [Column("source", "TEXT"), Column("start_index", "INTEGER")]
+    store = pg_store(
+        engine,
+        table_name,
+        corpus,
+        [corpus.split[n] for n in order],
+        [ids[n] for n in order],
+        **options,
+    )
+    id_of = {corpus.split[n].page_content: ids[n] for n in order}
+    report = link_store(store)
+    assert (report.documents, report.linked, report.changed, report.skipped) == (6, 48, 48, {})
+    store_id = {c.id: id_of[c.page_content] for c in corpus.linked}
+    want = {
+        store_id[c.id]: tuple(
+            store_id.get(c.metadata.get(key)) for key in (PREVIOUS_ID_KEY, NEXT_ID_KEY)
+        )
+        for c in link_chunks(corpus.split)
+    }
+    found = reader_for(store).scan()
+    assert {
+        i: (d.metadata.get(PREVIOUS_ID_KEY), d.metadata.get(NEXT_ID_KEY))
+        for i, (d, _) in found.items()
+    } == want
+    for document, vector in found.values():  # texts and vectors kept, exactly
+        assert vector.tolist() == corpus.vectors[document.page_content]
+    assert link_store(store).changed == 0
+    assert store.embeddings.calls == 0
+    docs = SCARRetriever(vectorstore=store, k=8).invoke("query 0")
+    assert all(d.metadata["scar_expanded"] for d in docs)
+    assert any(d.metadata["scar_origin"] == "neighbor" for d in docs)
