@@ -57,7 +57,7 @@ def unit_rows(matrix: npt.ArrayLike) -> tuple[FloatArray, npt.NDArray[np.bool_]]
     array = np.asarray(matrix, dtype=np.float64)
     if array.ndim != 2:
         raise InvalidVectorError(f"expected a 2-D array of vectors, got shape {array.shape}.")
-    finite = np.isfinite(array).all(axis=1)
+    finite: npt.NDArray[np.bool_] = np.asarray(np.isfinite(array).all(axis=1))
     safe = np.where(finite[:, None], array, 0.0)
     # Dividing by the largest magnitude first keeps the squares from overflowing or underflowing.
     peaks = np.abs(safe).max(axis=1, initial=0.0)

@@ -156,8 +156,15 @@ class Selection:
         return next((s for s in self.selected if s.chunk_id == chunk_id), None)
 
 
+_STEPS: dict[str, tuple[Step, ...]] = {
+    "both": ("previous", "next"),
+    "previous": ("previous",),
+    "next": ("next",),
+}
+
+
 def _steps(direction: Direction) -> tuple[Step, ...]:
-    return {"both": ("previous", "next"), "previous": ("previous",), "next": ("next",)}[direction]
+    return _STEPS[direction]
 
 
 class _Scored:

@@ -23,22 +23,19 @@ from scar_core.errors import InvalidSettingsError, NeighborFetchError
 from scar_core.passages import stitch
 from scar_core.selection import Chunk
 from scar_core.settings import DEFAULT_K, BudgetSettings, Direction, PaperSettings
-from scar_langchain.links import (
-    CHUNK_ID_KEY,
-    NEXT_ID_KEY,
-    POSITION_KEY,
-    PREVIOUS_ID_KEY,
-    chunk_id_of,
-    links_of,
-)
-from scar_langchain.stores import StoreReader, reader_for
+from scar_langchain import links as lk
+from scar_langchain.links import chunk_id_of, links_of
+from scar_langchain.stores import Found, StoreReader, reader_for
 
 __all__ = ["SCARRetriever"]
 
 _BUDGET_ONLY = ("keep", "continuity_bonus")
 _PAPER_ONLY = ("gamma", "window", "direction")
 #: Per-chunk keys that do not describe a stitched passage.
-_CHUNK_KEYS = {CHUNK_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY, "_id", "_collection_name"}
+_CHUNK_KEYS = {lk.CHUNK_ID_KEY, lk.POSITION_KEY, lk.PREVIOUS_ID_KEY, lk.NEXT_ID_KEY, "_id"}
+_CHUNK_KEYS.add("_collection_name")  # Qdrant adds it and "_id" to each hit
+_TRACE = ("scar_passage", "scar_origin", "scar_score", "scar_seed_id")
+_DECISION = ("relevance", "boundary_penalty", "score", "threshold")
 _warned_stores: weakref.WeakSet[VectorStore] = weakref.WeakSet()
 
 
@@ -162,8 +159,8 @@ class SCARRetriever(BaseRetriever):
         k = self._call_k(kwargs)
         vector = self.vectorstore.embeddings.embed_query(query)  # type: ignore[union-attr]
         hits = self.vectorstore.similarity_search_by_vector(vector, k=k, **self.search_kwargs)
-        driver, embedded = self._start(vector, hits, k)
-        documents = {d.id: d for d in hits if d.id}
+        driver, documents = self._start(vector, hits, k)
+        embedded = 0
         while ids := driver.wanted():
             try:
                 found = self._reader.read(ids)
@@ -180,8 +177,8 @@ class SCARRetriever(BaseRetriever):
         hits = await self.vectorstore.asimilarity_search_by_vector(
             vector, k=k, **self.search_kwargs
         )
-        driver, embedded = self._start(vector, hits, k)
-        documents = {d.id: d for d in hits if d.id}
+        driver, documents = self._start(vector, hits, k)
+        embedded = 0
         while ids := driver.wanted():
             try:
                 found = await self._reader.aread(ids)
@@ -206,12 +203,10 @@ class SCARRetriever(BaseRetriever):
 
     def _start(
         self, vector: Sequence[float], hits: list[Document], k: int
-    ) -> tuple[QueryDriver, int]:
+    ) -> tuple[QueryDriver, dict[str, Document]]:
         for rank, document in enumerate(hits):
-            if document.id is None:
-                document.id = chunk_id_of(document) or f"scar-unidentified-hit-{rank}"
-        linked = any(any(links_of(d.metadata)) for d in hits)
-        if hits and not linked and not self._warned_unlinked:
+            document.id = chunk_id_of(document) or f"scar-unidentified-hit-{rank}"
+        if hits and not any(any(links_of(d.metadata)) for d in hits) and not self._warned_unlinked:
             self._warned_unlinked = True
             warnings.warn(
                 f"None of the chunks {type(self.vectorstore).__name__} returned carries neighbour "
@@ -221,24 +216,18 @@ class SCARRetriever(BaseRetriever):
                 stacklevel=4,
             )
         chunks = [Chunk(d.id or "", None, *links_of(d.metadata)) for d in hits]
-        return QueryDriver(vector, chunks, self._settings(k)), 0
+        return QueryDriver(vector, chunks, self._settings(k)), {d.id or "": d for d in hits}
 
-    def _receive(
-        self,
-        driver: QueryDriver,
-        found: dict[str, tuple[Document, Any]],
-        documents: dict[str, Document],
-    ) -> int:
+    def _receive(self, driver: QueryDriver, found: Found, documents: dict[str, Document]) -> int:
         """Hand one read to the driver, embedding the chunks whose vectors the store did not give."""
         lacking = [i for i, (_, vector) in found.items() if vector is None]
-        vectors = {i: vector for i, (_, vector) in found.items()}
-        if lacking:
-            vectors |= dict(
-                zip(lacking, self._embed([found[i][0].page_content for i in lacking]), strict=True)
-            )
+        texts = [found[i][0].page_content for i in lacking]
+        embedded = dict(zip(lacking, self._embed(texts), strict=True)) if lacking else {}
         for chunk_id, (document, _) in found.items():
             documents.setdefault(chunk_id, document)
-        driver.receive(Chunk(i, vectors[i], *links_of(d.metadata)) for i, (d, _) in found.items())
+        driver.receive(
+            Chunk(i, embedded.get(i, v), *links_of(d.metadata)) for i, (d, v) in found.items()
+        )
         return len(lacking)
 
     def _embed(self, texts: list[str]) -> Any:
@@ -253,8 +242,7 @@ class SCARRetriever(BaseRetriever):
             )
         embeddings: Embeddings = store.embeddings  # type: ignore[assignment]
         cache = self.embedding_cache or EmbeddingCache()
-        matrix, _ = cache.embed(_embedding_key(embeddings), texts, embeddings.embed_documents)
-        return list(matrix)
+        return list(cache.embed(_embedding_key(embeddings), texts, embeddings.embed_documents)[0])
 
     def _fetch_error(self, ids: Sequence[str], error: Exception) -> NeighborFetchError:
         return NeighborFetchError(
@@ -268,47 +256,27 @@ class SCARRetriever(BaseRetriever):
         selection = driver.result()
         common = {"scar_expanded": expanded, "scar_embedded": embedded}
         out: list[Document] = []
-        for passage_index, passage in enumerate(selection.passages):
-            records = [selection.get(c) for c in passage]
+        for index, passage in enumerate(selection.passages):
+            records = [record for c in passage if (record := selection.get(c)) is not None]
+            chunks = [documents[c] for c in passage]
             if self.merge_passages:
-                best = min((r for r in records if r), key=lambda r: r.seed_rank)
-                source = documents[best.seed_id]
-                metadata = {k: v for k, v in source.metadata.items() if k not in _CHUNK_KEYS}
-                texts = [documents[c].page_content for c in passage]
-                starts = [documents[c].metadata.get("start_index") for c in passage]
-                metadata |= common | {
-                    "scar_passage": passage_index,
-                    "scar_chunk_ids": list(passage),
-                    "scar_score": best.score,
-                    "start_index": starts[0],
-                }
+                best = min(records, key=lambda r: r.seed_rank)
+                source = documents[best.seed_id].metadata
+                metadata = {k: v for k, v in source.items() if k not in _CHUNK_KEYS}
+                starts = [c.metadata.get("start_index") for c in chunks]
+                metadata |= common | {"scar_passage": index, "scar_chunk_ids": list(passage)}
+                metadata |= {"scar_score": best.score, "start_index": starts[0]}
                 usable = [s if isinstance(s, int) else None for s in starts]
-                out.append(Document(page_content=stitch(texts, usable), metadata=metadata))
+                text = stitch([c.page_content for c in chunks], usable)
+                out.append(Document(page_content=text, metadata=metadata))
                 continue
-            for chunk_id, record in zip(passage, records, strict=True):
-                assert record is not None
-                trace: dict[str, Any] = {
-                    "scar_passage": passage_index,
-                    "scar_origin": record.origin,
-                    "scar_score": record.score,
-                    "scar_seed_id": record.seed_id,
-                }
+            for chunk_id, chunk, record in zip(passage, chunks, records, strict=True):
+                values = (index, record.origin, record.score, record.seed_id)
+                trace: dict[str, Any] = dict(zip(_TRACE, values, strict=True))
                 if record.decision is not None:
-                    d = record.decision
-                    trace["scar_decision"] = {
-                        "relevance": d.relevance,
-                        "boundary_penalty": d.boundary_penalty,
-                        "score": d.score,
-                        "threshold": d.threshold,
-                    }
-                source = documents[chunk_id]
-                out.append(
-                    Document(
-                        id=chunk_id,
-                        page_content=source.page_content,
-                        metadata=dict(source.metadata) | common | trace,
-                    )
-                )
+                    trace["scar_decision"] = {n: getattr(record.decision, n) for n in _DECISION}
+                metadata = dict(chunk.metadata) | common | trace
+                out.append(Document(chunk.page_content, id=chunk_id, metadata=metadata))
         return out
 
 

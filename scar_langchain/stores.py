@@ -7,23 +7,23 @@ and the retriever then embeds the text once, through its cache. Readers of store
 their chunks also ``scan()`` them all and ``write`` new metadata without re-embedding (for
 :func:`~scar_langchain.link_store`).
 
-=====================  ==============================================  ==========================
-store                  vectors read from                               metadata written with
-=====================  ==============================================  ==========================
-``InMemoryVectorStore``  its ``store`` dict                            its ``store`` dict
-FAISS (community)      ``index.reconstruct`` of its docstore's rows    docstore delete + add
-``PGVectorStore``      ``get(ids, include=["embeddings", ...])``       ``add_embeddings`` upsert
-Chroma                 ``get(ids, include=["embeddings", ...])``       collection ``update``
-``QdrantVectorStore``  ``client.retrieve(..., with_vectors=True)``     ``client.set_payload``
-anything else          ``get_by_ids``; vectors embedded (it warns)     (cannot list: refused)
-=====================  ==============================================  ==========================
+=======================  ===========================================  =========================
+store                    vectors read from                            metadata written with
+=======================  ===========================================  =========================
+``InMemoryVectorStore``  its ``store`` dict                           its ``store`` dict
+FAISS (community)        ``index.reconstruct`` of its docstore's ids  docstore delete + add
+``PGVectorStore``        ``get(ids, include=["embeddings", ...])``    ``add_embeddings`` upsert
+Chroma                   ``get(ids, include=["embeddings", ...])``    the collection's update
+``QdrantVectorStore``    ``client.retrieve(..., with_vectors=True)``  ``client.set_payload``
+anything else            ``get_by_ids``; vectors embedded (it warns)  (cannot list: refused)
+=======================  ===========================================  =========================
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,14 @@ __all__ = ["Found", "StoreReader", "reader_for"]
 
 #: ``{chunk id: (document, stored vector or None)}``.
 Found = dict[str, tuple[Document, Any]]
+
+
+def _found(rows: Iterable[tuple[Any, str | None, dict[str, Any] | None, Any]]) -> Found:
+    """``Found`` from ``(id, text, metadata, vector)`` rows, ids as strings."""
+    return {
+        str(i): (Document(id=str(i), page_content=text or "", metadata=meta or {}), vector)
+        for i, text, meta, vector in rows
+    }
 
 
 class StoreReader:
@@ -67,7 +75,7 @@ class StoreReader:
         return await asyncio.to_thread(self.read, ids)
 
     def scan(self) -> Found:
-        """Return every chunk the store holds (vectors where :meth:`write` needs them).
+        """Return every chunk the store holds (with the vectors :meth:`write` needs).
 
         Raises:
             InvalidSettingsError: If SCAR cannot list this store's chunks.
@@ -79,8 +87,8 @@ class StoreReader:
         )
 
     def write(self, found: Found) -> None:
-        """Replace each chunk's metadata with its document's, keeping its text and vector."""
-        raise NotImplementedError  # only readers that can scan write
+        """Give each chunk its document's metadata, keeping its text and vector."""
+        raise NotImplementedError  # only readers that scan write
 
 
 class _InMemoryReader(StoreReader):
@@ -88,14 +96,8 @@ class _InMemoryReader(StoreReader):
 
     def read(self, ids: Sequence[str]) -> Found:
         rows = self.store.store
-        return {
-            i: (
-                Document(id=i, page_content=rows[i]["text"], metadata=rows[i]["metadata"]),
-                rows[i]["vector"],
-            )
-            for i in ids
-            if i in rows
-        }
+        fields = ("text", "metadata", "vector")
+        return _found((i, *(rows[i][field] for field in fields)) for i in ids if i in rows)
 
     def scan(self) -> Found:
         return self.read(list(self.store.store))
@@ -107,20 +109,18 @@ class _InMemoryReader(StoreReader):
 
 class _FaissReader(StoreReader):
     returns_vectors = in_process = True
-    _rows: tuple[int, int, dict[str, int]] = (0, -1, {})  # (mapping's id, size, id -> row)
+    _rows: tuple[int, int, dict[str, int]] = (0, -1, {})  # (mapping's id, size, chunk id -> row)
 
     def read(self, ids: Sequence[str]) -> Found:
         mapping: dict[int, str] = self.store.index_to_docstore_id
         if self._rows[:2] != (id(mapping), len(mapping)):  # chunks were added or deleted
             self._rows = (id(mapping), len(mapping), {c: row for row, c in mapping.items()})
-        found: Found = {}
-        for chunk_id in ids:
-            document = self.store.docstore.search(chunk_id)
-            if isinstance(document, Document) and chunk_id in self._rows[2]:
-                vector = self.store.index.reconstruct(self._rows[2][chunk_id])
-                found[chunk_id] = (Document(id=chunk_id, page_content=document.page_content,
-                                            metadata=document.metadata), vector)  # fmt: skip
-        return found
+        documents = {i: self.store.docstore.search(i) for i in ids if i in self._rows[2]}
+        return _found(
+            (i, d.page_content, d.metadata, self.store.index.reconstruct(self._rows[2][i]))
+            for i, d in documents.items()
+            if isinstance(d, Document)
+        )
 
     def scan(self) -> Found:
         return self.read(list(self.store.index_to_docstore_id.values()))
@@ -130,35 +130,25 @@ class _FaissReader(StoreReader):
         self.store.docstore.add({chunk_id: document for chunk_id, (document, _) in found.items()})
 
 
-def _from_get(result: dict[str, Any]) -> Found:
-    """Documents and vectors from a ``get`` result; pgvector gives vectors in their text form."""
-    vectors = result.get("embeddings")
-    return {
-        str(chunk_id): (
-            Document(id=str(chunk_id), page_content=text or "", metadata=metadata or {}),
-            None
-            if vectors is None
-            else np.asarray(json.loads(v), np.float32) if isinstance(v := vectors[n], str) else v,
-        )
-        for n, (chunk_id, text, metadata) in enumerate(
-            zip(result["ids"], result["documents"], result["metadatas"], strict=True)
-        )
-    }
-
-
 _GET_INCLUDE = ["documents", "metadatas", "embeddings"]
 
 
-class _PGVectorReader(StoreReader):
-    """``get(ids, include=[...])`` returns vectors (PGVectorStore; Chroma below)."""
+def _from_get(result: dict[str, Any]) -> Found:
+    """``Found`` from a ``get`` result; pgvector gives vectors as text (of float32 values)."""
+    return _found(
+        (i, text, meta, np.asarray(json.loads(v), np.float32) if isinstance(v, str) else v)
+        for i, text, meta, v in zip(*(result[k] for k in ["ids", *_GET_INCLUDE]), strict=True)
+    )
 
+
+class _PGVectorReader(StoreReader):
     returns_vectors = True
 
     def read(self, ids: Sequence[str]) -> Found:
         return _from_get(self.store.get(ids=list(ids), include=_GET_INCLUDE))
 
     async def aread(self, ids: Sequence[str]) -> Found:
-        if not hasattr(self.store, "aget"):
+        if not hasattr(self.store, "aget"):  # Chroma
             return await asyncio.to_thread(self.read, ids)
         return _from_get(await self.store.aget(ids=list(ids), include=_GET_INCLUDE))
 
@@ -166,76 +156,65 @@ class _PGVectorReader(StoreReader):
         return _from_get(self.store.get(include=_GET_INCLUDE))
 
     def write(self, found: Found) -> None:
-        ids = list(found)
+        documents, vectors = zip(*found.values(), strict=True)
         self.store.add_embeddings(
-            [found[i][0].page_content for i in ids],
-            [[float(x) for x in found[i][1]] for i in ids],
-            metadatas=[found[i][0].metadata for i in ids],
-            ids=ids,
+            [d.page_content for d in documents],
+            [[float(x) for x in vector] for vector in vectors],
+            metadatas=[d.metadata for d in documents],
+            ids=list(found),
         )
 
 
 class _ChromaReader(_PGVectorReader):
     def write(self, found: Found) -> None:
-        # ``update`` merges metadata; a None value deletes the key (a link that went away).
+        # ``update`` merges metadata; a None value deletes a key (a link that went away).
         unlinked = {PREVIOUS_ID_KEY: None, NEXT_ID_KEY: None}
-        self.store._collection.update(
-            ids=list(found), metadatas=[unlinked | d.metadata for d, _ in found.values()]
-        )
+        metadatas = [unlinked | document.metadata for document, _ in found.values()]
+        self.store._collection.update(ids=list(found), metadatas=metadatas)
+
+
+def _point_id(chunk_id: str) -> int | str:
+    """A Qdrant point id (integer ids come back from metadata links as digit strings)."""
+    return int(chunk_id) if chunk_id.isdigit() else chunk_id
 
 
 class _QdrantReader(StoreReader):
     returns_vectors = True
 
-    def _found(self, points: Sequence[Any], *, as_hits: bool = False) -> Found:
-        store = self.store
-        found: Found = {}
-        for point in points:
-            payload = point.payload or {}
-            vector = point.vector
-            if isinstance(vector, dict):  # named vectors: the store's own
-                vector = vector.get(store.vector_name)
-            metadata = dict(payload.get(store.metadata_payload_key) or {})
-            if as_hits:  # the keys the store's search adds to each hit
-                metadata |= {"_id": point.id, "_collection_name": store.collection_name}
-            document = Document(id=str(point.id), page_content=payload.get(
-                store.content_payload_key) or "", metadata=metadata)  # fmt: skip
-            found[str(point.id)] = (document, vector)
-        return found
+    def _points(self, points: Iterable[Any], hit_keys: bool = False) -> Found:
+        """``Found`` from points; ``hit_keys`` adds the metadata keys the store's search adds."""
+        s, rows = self.store, []
+        for p in points:
+            payload, vector = p.payload or {}, p.vector
+            metadata = dict(payload.get(s.metadata_payload_key) or {})
+            if hit_keys:
+                metadata |= {"_id": p.id, "_collection_name": s.collection_name}
+            vector = vector.get(s.vector_name) if isinstance(vector, dict) else vector
+            rows.append((p.id, payload.get(s.content_payload_key), metadata, vector))
+        return _found(rows)
 
     def read(self, ids: Sequence[str]) -> Found:
-        return self._found(
-            self.store.client.retrieve(
-                self.store.collection_name,
-                [_point_id(i) for i in ids],
-                with_payload=True,
-                with_vectors=True,
-            ),
-            as_hits=True,
+        points = self.store.client.retrieve(
+            self.store.collection_name, [_point_id(i) for i in ids], with_vectors=True
         )
+        return self._points(points, hit_keys=True)
 
     def scan(self) -> Found:
         points, offset = [], None
         while True:
             batch, offset = self.store.client.scroll(
-                self.store.collection_name, limit=1024, offset=offset, with_payload=True
+                self.store.collection_name, limit=1024, offset=offset
             )
             points += batch
             if offset is None:
-                return self._found(points)
+                return self._points(points)
 
     def write(self, found: Found) -> None:
         for chunk_id, (document, _) in found.items():
+            payload = {self.store.metadata_payload_key: document.metadata}
             self.store.client.set_payload(
-                self.store.collection_name,
-                payload={self.store.metadata_payload_key: document.metadata},
-                points=[_point_id(chunk_id)],
+                self.store.collection_name, payload=payload, points=[_point_id(chunk_id)]
             )
-
-
-def _point_id(chunk_id: str) -> int | str:
-    """A Qdrant point id: integer ids come back from metadata links as digit strings."""
-    return int(chunk_id) if chunk_id.isdigit() else chunk_id
 
 
 _READERS: dict[str, type[StoreReader]] = {

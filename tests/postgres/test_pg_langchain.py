@@ -30,6 +30,8 @@ from scar_langchain import SCARRetriever, link_chunks, link_store
 from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
 from scar_langchain.stores import reader_for
 
+pytestmark = pytest.mark.postgres
+
 langchain_postgres = pytest.importorskip("langchain_postgres")
 
 

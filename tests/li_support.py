@@ -1,4 +1,4 @@
-"""Deterministic embeddings, linked nodes and counting stores shared by the LlamaIndex tests."""
+"""Deterministic embeddings, linked nodes and counting stores: the LlamaIndex and pgvector tests."""
 
 from __future__ import annotations
 
