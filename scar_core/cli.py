@@ -73,22 +73,21 @@ def _add_eval(subparsers: Any) -> None:
     add("--chunk-overlap", type=int, default=0, help="characters (default 0)")
     add("--methods", help=f"comma-separated names (default {','.join(DEFAULT_METHODS)})")
     add("--reference", help="method compared with all others (default: default, else the first)")
-    add(
-        "--bootstrap", type=int, default=10_000, help="bootstrap resamples; 0 skips (default 10000)"
-    )
+    add("--bootstrap", type=int, default=10_000, help="resamples; 0 skips it (default 10000)")
     add("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     add("--no-sweep", action="store_true", help="skip the recall-against-chunks sweep and plot")
     add("--no-plot", action="store_true", help="do not draw pareto.png")
     add("--out", default="scar-eval", help="output folder (default ./scar-eval)")
-    _add_common(parser)
-    parser.set_defaults(handler=_run_eval)
+    _add_common(parser, _run_eval)
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="embedding model (default: the bundled all-MiniLM-L6-v2)")
-    parser.add_argument("--cache-dir", help="folder of the vector cache (default: the cache's own)")
-    parser.add_argument("--no-cache", action="store_true", help="embed everything, cache nothing")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+def _add_common(parser: argparse.ArgumentParser, handler: Any) -> None:
+    add = parser.add_argument
+    add("--model", help="embedding model (default: the bundled all-MiniLM-L6-v2)")
+    add("--cache-dir", help="vector cache folder (default: $SCAR_CACHE_DIR, else ~/.cache/scar)")
+    add("--no-cache", action="store_true", help="embed everything, cache nothing")
+    add("--no-progress", action="store_true", help="hide the progress bars")
+    parser.set_defaults(handler=handler)
 
 
 def _add_demo(subparsers: Any) -> None:
@@ -98,24 +97,19 @@ def _add_demo(subparsers: Any) -> None:
         "demo", help="run SCAR offline on the bundled sample and show what it changes",
         description=_DEMO_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    parser.add_argument("--k", type=int, default=DEMO_K, help=f"K, the budget (default {DEMO_K})")
-    parser.add_argument("--chunk-size", type=int, default=DEMO_CHUNK_SIZE,
-                        help=f"characters per chunk (default {DEMO_CHUNK_SIZE})")  # fmt: skip
-    parser.add_argument("--verbose", action="store_true", help="print every question's decisions")
-    parser.add_argument(
-        "--out", help="also write the eval outputs (results.json...) to this folder"
-    )
-    _add_common(parser)
-    parser.set_defaults(handler=_run_demo)
+    add = parser.add_argument
+    add("--k", type=int, default=DEMO_K, help=f"K, the budget (default {DEMO_K})")
+    add("--chunk-size", type=int, default=DEMO_CHUNK_SIZE, help=f"default {DEMO_CHUNK_SIZE}")
+    add("--verbose", action="store_true", help="print every question's chunks and bids")
+    add("--out", help="also write results.json, report.md and per_query.jsonl to this folder")
+    _add_common(parser, _run_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of the ``scar`` command."""
     from scar_core import __version__
 
-    parser = argparse.ArgumentParser(
-        prog="scar", description="Semantic Continuity-Aware Retrieval tools."
-    )
+    parser = argparse.ArgumentParser(prog="scar", description="SCAR tools.")
     parser.add_argument("--version", action="version", version=f"scar {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_eval(subparsers)
@@ -125,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cache(args: argparse.Namespace) -> Any:
     if args.no_cache or (args.command == "demo" and args.cache_dir is None):
-        return None
+        return None  # the demo's 70 texts are embedded in seconds; it writes nothing by default
     from scar_core.cache import EmbeddingCache
 
     return EmbeddingCache(directory=args.cache_dir)
@@ -134,55 +128,37 @@ def _cache(args: argparse.Namespace) -> Any:
 def _run_eval(args: argparse.Namespace) -> int:
     from scar_core.demo import load_sample
     from scar_core.errors import DataFormatError
-    from scar_core.eval import (
-        EvalConfig,
-        embedder_for,
-        load_benchmark,
-        run_evaluation,
-        write_outputs,
-    )
-    from scar_core.eval.runner import DEFAULT_METHODS
+    from scar_core.eval import DEFAULT_METHODS, EvalConfig, embedder_for, load_benchmark
+    from scar_core.eval.report import write_outputs
+    from scar_core.eval.runner import run_evaluation
 
-    methods = (
-        tuple(m.strip() for m in args.methods.split(",") if m.strip())
-        if args.methods
-        else DEFAULT_METHODS
-    )
+    names = [m.strip() for m in (args.methods or "").split(",") if m.strip()]
     config = EvalConfig(
         scope=args.scope, k=args.k, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap,
-        methods=methods, reference=args.reference, n_resamples=args.bootstrap, seed=args.seed,
-        sweep=not args.no_sweep,
+        methods=tuple(names) or DEFAULT_METHODS, reference=args.reference,
+        n_resamples=args.bootstrap, seed=args.seed, sweep=not args.no_sweep,
     )  # fmt: skip
-    from scar_core.eval.methods import REGISTRY
-
-    for name in methods:  # unknown names and bad settings fail before any embedding
-        REGISTRY.create(name, args.k)
-    if args.benchmark is None:
-        if args.corpus is not None:
-            raise DataFormatError("--corpus was given without a BENCHMARK file.")
-        benchmark = load_sample()
-    elif args.corpus is None:
-        raise DataFormatError(
-            "--corpus is required with a BENCHMARK: the corpus folder, or corpus.jsonl."
-        )
-    else:
-        benchmark = load_benchmark(args.benchmark, args.corpus, data_format=args.data_format)
+    if args.benchmark is None and args.corpus is not None:
+        raise DataFormatError("--corpus was given without a BENCHMARK file.")
+    if args.benchmark is not None and args.corpus is None:
+        raise DataFormatError("--corpus is required with a BENCHMARK: a folder, or corpus.jsonl.")
+    benchmark = (
+        load_sample() if args.benchmark is None
+        else load_benchmark(args.benchmark, args.corpus, data_format=args.data_format)
+    )  # fmt: skip
+    embedder, progress = embedder_for(args.model), not args.no_progress
     results = run_evaluation(
-        benchmark,
-        embedder_for(args.model),
-        config,
-        cache=_cache(args),
-        show_progress=not args.no_progress,
+        benchmark, embedder, config, cache=_cache(args), show_progress=progress
     )
     results.config.update(benchmark_path=args.benchmark, corpus_path=args.corpus, model=args.model)
     written = write_outputs(results, args.out, plot=not args.no_plot)
     for group in ("fragmented", "all"):
-        summaries = results.summary(group)
         print(f"\n{group} (n = {int(results.prepared.group_mask(group).sum())})")
         print(f"  {'method':<24}{'recall':>8}{'chars':>8}{'chunks':>8}{'tokens':>8}")
-        for name, s in summaries.items():
-            tokens = "–" if s.tokens is None else f"{s.tokens:.0f}"
-            print(f"  {name:<24}{s.recall:>8.3f}{s.char_recall:>8.3f}{s.chunks:>8.2f}{tokens:>8}")
+        for name, s in results.summary(group).items():
+            print(
+                f"  {name:<24}{s.recall:>8.3f}{s.char_recall:>8.3f}{s.chunks:>8.2f}{s.tokens:>8.0f}"
+            )
     print(f"\nwrote {', '.join(str(p) for p in written.values())}")
     return 0
 
@@ -191,13 +167,11 @@ def _run_demo(args: argparse.Namespace) -> int:
     from scar_core.demo import format_demo, run_demo
     from scar_core.eval import embedder_for, write_outputs
 
-    embedder = embedder_for(args.model)
-    results = run_demo(k=args.k, chunk_size=args.chunk_size, embedder=embedder, cache=_cache(args),
-                       show_progress=not args.no_progress)  # fmt: skip
+    results = run_demo(args.k, args.chunk_size, embedder=embedder_for(args.model),
+                       cache=_cache(args), show_progress=not args.no_progress)  # fmt: skip
     print(format_demo(results, verbose=args.verbose))
     if args.out:
-        write_outputs(results, args.out, plot=False)
-        print(f"wrote {args.out}/results.json, report.md, per_query.jsonl")
+        print(f"wrote {', '.join(map(str, write_outputs(results, args.out, plot=False).values()))}")
     return 0
 
 
@@ -212,11 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    # The bundled model is a local folder: never let a library reach for the Hub.
-    for variable, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
-                            ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error")):  # fmt: skip
-        if args.model is None:
-            os.environ.setdefault(variable, value)
+    if args.model is None:  # the bundled model is a folder: never let a library reach the Hub
+        for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS"):
+            os.environ.setdefault(variable, "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from scar_core.errors import ScarError
 
     started = time.perf_counter()

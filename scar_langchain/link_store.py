@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.documents import Document
 from langchain_core.vectorstores import VectorStore
 
 from scar_core.errors import DataFormatError
+from scar_core.links import ChunkLinks
 from scar_langchain.links import linked_metadata
 from scar_langchain.stores import Found, reader_for
 
@@ -65,47 +64,37 @@ def link_store(
     found = reader.scan()
     report = LinkReport()
     groups: dict[str, list[tuple[Any, str]]] = {}
-    unordered: list[str] = []
     for chunk_id, (document, _) in found.items():
         document_id, order = (document.metadata.get(key) for key in (document_key, order_key))
         if document_id is None or document_id == "":
             report.skipped[chunk_id] = f"no metadata[{document_key!r}] names its document"
         elif isinstance(order, bool) or not isinstance(order, int | float):
-            unordered.append(chunk_id)
+            raise DataFormatError(
+                f"chunk {chunk_id!r} has no numeric metadata[{order_key!r}], so link_store cannot "
+                "order it; split with add_start_index=True (LangChain's splitters then write "
+                "'start_index'), or pass order_key=... naming the key that orders chunks."
+            )
         else:
             groups.setdefault(str(document_id), []).append((order, chunk_id))
-    if unordered:
-        raise DataFormatError(
-            f"{len(unordered)} chunks (e.g. {unordered[0]!r}) have no numeric "
-            f"metadata[{order_key!r}], so link_store cannot order them; split with "
-            "add_start_index=True (LangChain's splitters then write 'start_index'), or pass "
-            "order_key=... naming the metadata key that orders chunks within a document."
-        )
     changes: Found = {}
     for document_id, members in groups.items():
         members.sort()
         counts = Counter(order for order, _ in members)
-        untied = [counts[order] == 1 for order, _ in members]
-        joined = [False, *(a and b for a, b in itertools.pairwise(untied)), False]
+        linkable = [None, *(c if counts[o] == 1 else None for o, c in members), None]
         for position, (order, chunk_id) in enumerate(members):
+            previous_id, next_id = linkable[position], linkable[position + 2]
             if counts[order] > 1:
+                previous_id = next_id = None
                 report.skipped[chunk_id] = (
-                    f"{counts[order]} chunks of {document_id!r} have metadata[{order_key!r}]="
-                    f"{order!r}, so their order is unknown; pass a document_key that tells "
-                    "them apart"
+                    f"shares metadata[{order_key!r}]={order!r} with another chunk of "
+                    f"{document_id!r}: their order is unknown (pass a finer document_key)"
                 )
-            previous_id = members[position - 1][1] if joined[position] else None
-            next_id = members[position + 1][1] if joined[position + 1] else None
             report.linked += bool(previous_id or next_id)
             document, vector = found[chunk_id]
-            metadata = linked_metadata(
-                document.metadata, document_id, position, previous_id, next_id
-            )
+            links = ChunkLinks(chunk_id, document_id, position, previous_id, next_id)
+            metadata = linked_metadata(document.metadata, links)
             if metadata != document.metadata:
-                changes[chunk_id] = (
-                    Document(id=chunk_id, page_content=document.page_content, metadata=metadata),
-                    vector,
-                )
+                changes[chunk_id] = (document.model_copy(update={"metadata": metadata}), vector)
     if changes:
         reader.write(changes)
     report.documents, report.changed = len(groups), len(changes)

@@ -14,7 +14,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from scar_core.errors import DataFormatError
-from scar_core.links import link_sequence
+from scar_core.links import ChunkLinks, link_sequence
 
 __all__ = [
     "CHUNK_ID_KEY",
@@ -51,29 +51,16 @@ def chunk_id_of(document: Document) -> str | None:
     Qdrant's search returns hits without ``Document.id``, their store id in ``metadata["_id"]``.
     """
     metadata = document.metadata or {}
-    store_id = metadata.get("_id")
-    return (
-        _text(document.id)
-        or (None if store_id is None else _text(str(store_id)))
-        or _text(metadata.get(CHUNK_ID_KEY))
-    )
+    store_id = None if metadata.get("_id") is None else str(metadata["_id"])
+    return _text(document.id) or _text(store_id) or _text(metadata.get(CHUNK_ID_KEY))
 
 
-def linked_metadata(
-    metadata: dict[str, Any],
-    document_id: str,
-    position: int,
-    previous_id: str | None = None,
-    next_id: str | None = None,
-) -> dict[str, Any]:
+def linked_metadata(metadata: dict[str, Any], links: ChunkLinks) -> dict[str, Any]:
     """Return a copy of ``metadata`` with a chunk's document id, position and links (if any)."""
     kept = {k: v for k, v in metadata.items() if k not in (PREVIOUS_ID_KEY, NEXT_ID_KEY)}
-    links = {PREVIOUS_ID_KEY: previous_id, NEXT_ID_KEY: next_id}
-    return (
-        kept
-        | {DOCUMENT_ID_KEY: document_id, POSITION_KEY: position}
-        | {key: value for key, value in links.items() if value}
-    )
+    added = {DOCUMENT_ID_KEY: links.document_id, POSITION_KEY: links.position}
+    added |= {PREVIOUS_ID_KEY: links.previous_id, NEXT_ID_KEY: links.next_id}
+    return kept | {key: value for key, value in added.items() if value is not None}
 
 
 def link_chunks(
@@ -129,10 +116,8 @@ def link_chunks(
             indices, link_sequence(document_id, len(indices), joins), strict=True
         ):
             metadata = (inputs[index].metadata or {}) | {CHUNK_ID_KEY: links.chunk_id}
-            metadata = linked_metadata(
-                metadata, document_id, links.position, links.previous_id, links.next_id
-            )
+            metadata = linked_metadata(metadata, links)
             linked[index] = Document(
-                id=links.chunk_id, page_content=inputs[index].page_content, metadata=metadata
+                inputs[index].page_content, id=links.chunk_id, metadata=metadata
             )
     return [linked[index] for index in range(len(inputs))]

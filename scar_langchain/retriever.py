@@ -93,9 +93,7 @@ class SCARRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     vectorstore: VectorStore
-    k: int = Field(
-        default=DEFAULT_K, ge=1, description="Chunks returned (budget) or seeds (paper)."
-    )
+    k: int = Field(default=DEFAULT_K, ge=1, description="Chunks returned, or paper-mode seeds.")
     mode: Literal["budget", "paper"] = "budget"
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     merge_passages: bool = False
@@ -140,16 +138,13 @@ class SCARRetriever(BaseRetriever):
         return self
 
     def _settings(self, k: int) -> BudgetSettings | PaperSettings:
-        shared: dict[str, Any] = {"k": k} | (
-            {"lambda_": self.lambda_} if self.lambda_ is not None else {}
-        )
+        names = ("lambda_", *(_PAPER_ONLY if self.mode == "paper" else _BUDGET_ONLY))
+        given = {n: getattr(self, n) for n in names if getattr(self, n) is not None}
         if self.mode == "paper":
-            extra = {n: getattr(self, n) for n in _PAPER_ONLY if getattr(self, n) is not None}
-            return PaperSettings(**shared, **extra)
-        extra = {n: getattr(self, n) for n in _BUDGET_ONLY if getattr(self, n) is not None}
+            return PaperSettings(k=k, **given)
         if self.keep is not None and self.keep > k != self.k:
-            extra["keep"] = k  # a smaller per-call k keeps at most k hits
-        return BudgetSettings(**shared, **extra)
+            given["keep"] = k  # a smaller per-call k keeps at most k hits
+        return BudgetSettings(k=k, **given)
 
     # The sync and async shells: the same steps, with the store's sync or async reads.
 
@@ -219,7 +214,7 @@ class SCARRetriever(BaseRetriever):
         return QueryDriver(vector, chunks, self._settings(k)), {d.id or "": d for d in hits}
 
     def _receive(self, driver: QueryDriver, found: Found, documents: dict[str, Document]) -> int:
-        """Hand one read to the driver, embedding the chunks whose vectors the store did not give."""
+        """Hand one read to the driver, embedding the chunks the store gave no vector for."""
         lacking = [i for i, (_, vector) in found.items() if vector is None]
         texts = [found[i][0].page_content for i in lacking]
         embedded = dict(zip(lacking, self._embed(texts), strict=True)) if lacking else {}

@@ -1,22 +1,13 @@
 """Read chunks and their stored vectors from a LangChain vector store, and write their metadata.
 
-One small reader per store, chosen by the store's type (the store's package is imported only if
-the store is of that type). Every reader answers one batched call, ``read(ids)``, with the
-documents found and their vectors; a vector is ``None`` where the store does not give it back,
-and the retriever then embeds the text once, through its cache. Readers of stores that can list
-their chunks also ``scan()`` them all and ``write`` new metadata without re-embedding (for
-:func:`~scar_langchain.link_store`).
-
-=======================  ===========================================  =========================
-store                    vectors read from                            metadata written with
-=======================  ===========================================  =========================
-``InMemoryVectorStore``  its ``store`` dict                           its ``store`` dict
-FAISS (community)        ``index.reconstruct`` of its docstore's ids  docstore delete + add
-``PGVectorStore``        ``get(ids, include=["embeddings", ...])``    ``add_embeddings`` upsert
-Chroma                   ``get(ids, include=["embeddings", ...])``    the collection's update
-``QdrantVectorStore``    ``client.retrieve(..., with_vectors=True)``  ``client.set_payload``
-anything else            ``get_by_ids``; vectors embedded (it warns)  (cannot list: refused)
-=======================  ===========================================  =========================
+One small reader per store, chosen by the store's type (its package is imported only then).
+``read(ids)`` returns, in one batched call, the documents found and their stored vectors:
+``InMemoryVectorStore`` from its ``store`` dict, FAISS by ``index.reconstruct``, PGVectorStore and
+Chroma through ``get(ids, include=["embeddings", ...])``, Qdrant through ``client.retrieve(...,
+with_vectors=True)``. Any other store is read with ``get_by_ids``, without vectors: the retriever
+then embeds each text once, through its cache, and warns. Readers of these five stores also
+``scan()`` all chunks and ``write`` metadata through the store's own update or upsert, keeping
+texts and vectors (for :func:`~scar_langchain.link_store`). ``docs/stores.md`` has the matrix.
 """
 
 from __future__ import annotations
@@ -54,8 +45,6 @@ class StoreReader:
         store: The vector store to read from.
     """
 
-    #: Whether the store gives vectors back; if not, the retriever embeds (and warns once).
-    returns_vectors = False
     #: Whether reads are in-process lookups, answered without a worker thread on the async path.
     in_process = False
 
@@ -92,7 +81,7 @@ class StoreReader:
 
 
 class _InMemoryReader(StoreReader):
-    returns_vectors = in_process = True
+    in_process = True
 
     def read(self, ids: Sequence[str]) -> Found:
         rows = self.store.store
@@ -108,7 +97,7 @@ class _InMemoryReader(StoreReader):
 
 
 class _FaissReader(StoreReader):
-    returns_vectors = in_process = True
+    in_process = True
     _rows: tuple[int, int, dict[str, int]] = (0, -1, {})  # (mapping's id, size, chunk id -> row)
 
     def read(self, ids: Sequence[str]) -> Found:
@@ -142,8 +131,6 @@ def _from_get(result: dict[str, Any]) -> Found:
 
 
 class _PGVectorReader(StoreReader):
-    returns_vectors = True
-
     def read(self, ids: Sequence[str]) -> Found:
         return _from_get(self.store.get(ids=list(ids), include=_GET_INCLUDE))
 
@@ -179,8 +166,6 @@ def _point_id(chunk_id: str) -> int | str:
 
 
 class _QdrantReader(StoreReader):
-    returns_vectors = True
-
     def _points(self, points: Iterable[Any], hit_keys: bool = False) -> Found:
         """``Found`` from points; ``hit_keys`` adds the metadata keys the store's search adds."""
         s, rows = self.store, []

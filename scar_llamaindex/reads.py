@@ -169,9 +169,9 @@ class NodeReads:
         """Embed the text of nodes no store gave a vector for, once each through the cache."""
         model = self._embed_model()
         texts = [self.nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in ids]
-        matrix, computed = self._cache().embed(
-            model.model_name, texts, model.get_text_embedding_batch
-        )
+        # The class keeps apart models that share a name (BaseEmbedding's default is "unknown").
+        key = f"{type(model).__module__}.{type(model).__qualname__}/{model.model_name}"
+        matrix, computed = self._cache().embed(key, texts, model.get_text_embedding_batch)
         self.vectors.update(zip(ids, matrix, strict=True))
         self.embedded += computed
         self.fell_back = True

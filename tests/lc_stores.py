@@ -87,7 +87,8 @@ class CountingEmbeddings(Embeddings):
         return self.embed_query(text)
 
 
-#: Store round trips SCAR made (``get``/``aget``/``retrieve`` calls), by store kind.
+#: Store round trips SCAR made (``get``/``aget``/``retrieve`` calls), by store kind, and by
+#: ``"kind.method"`` too.
 ROUND_TRIPS: dict[str, int] = {}
 
 
@@ -95,7 +96,8 @@ def counted(kind: str, method: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a store method so that each call counts one round trip for ``kind``."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        ROUND_TRIPS[kind] = ROUND_TRIPS.get(kind, 0) + 1
+        for key in (kind, f"{kind}.{method.__name__}"):
+            ROUND_TRIPS[key] = ROUND_TRIPS.get(key, 0) + 1
         return method(*args, **kwargs)
 
     return call
@@ -149,6 +151,34 @@ def qdrant_store(embeddings: Embeddings, documents: list[Document], ids: list[An
     vectors = models.VectorParams(size=dimension, distance=models.Distance.COSINE)
     client.create_collection(name, vectors_config=vectors)
     store = QdrantVectorStore(client=client, collection_name=name, embedding=embeddings)
+    store.add_documents(documents, ids=ids)
+    return store
+
+
+def pgvector_store(
+    engine: Any,
+    table: str,
+    embeddings: Embeddings,
+    documents: list[Document],
+    ids: list[Any],
+    **table_options: Any,
+) -> Any:
+    """A new table on ``engine`` (a ``PGEngine``) holding ``documents``, in a counting store."""
+    from langchain_postgres import PGVectorStore
+
+    class CountingPGVectorStore(PGVectorStore):
+        """The real PGVectorStore; ``get``/``aget`` (SCAR's only reads) count their calls."""
+
+        def get(self, *args: Any, **kwargs: Any) -> Any:
+            return counted("pgvector", super().get)(*args, **kwargs)
+
+        async def aget(self, *args: Any, **kwargs: Any) -> Any:
+            return await counted("pgvector", super().aget)(*args, **kwargs)
+
+    dimension = len(embeddings.embed_query(documents[0].page_content))
+    engine.init_vectorstore_table(table, dimension, **table_options)
+    columns = [c.name for c in table_options.get("metadata_columns", [])]
+    store = CountingPGVectorStore.create_sync(engine, embeddings, table, metadata_columns=columns)
     store.add_documents(documents, ids=ids)
     return store
 

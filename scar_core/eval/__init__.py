@@ -15,17 +15,10 @@ Importing this package needs numpy only; LangChain's splitter, tiktoken, tqdm, m
 
 from __future__ import annotations
 
-from scar_core.eval.chunking import ChunkedCorpus, EvalChunk, chunk_corpus
+from scar_core.eval.chunking import ChunkedCorpus, chunk_corpus
 from scar_core.eval.data import Benchmark, EvalQuery, EvidenceSpan, load_benchmark
 from scar_core.eval.embedding import embedder_for
-from scar_core.eval.methods import (
-    REGISTRY,
-    MethodRegistry,
-    QueryContext,
-    create_method,
-    register_method,
-)
-from scar_core.eval.metrics import MethodSummary, QueryScores
+from scar_core.eval.methods import REGISTRY, QueryContext, create_method, register_method
 from scar_core.eval.report import write_outputs
 from scar_core.eval.runner import (
     DEFAULT_METHODS,
@@ -36,32 +29,11 @@ from scar_core.eval.runner import (
     run_evaluation,
     run_methods,
 )
-from scar_core.eval.stats import PairedComparison, paired_bootstrap
+from scar_core.eval.stats import paired_bootstrap
 
 __all__ = [
-    "DEFAULT_METHODS",
-    "REGISTRY",
-    "Benchmark",
-    "ChunkedCorpus",
-    "EvalChunk",
-    "EvalConfig",
-    "EvalQuery",
-    "EvalResults",
-    "EvidenceSpan",
-    "MethodRegistry",
-    "MethodSummary",
-    "PairedComparison",
-    "PreparedBenchmark",
-    "QueryContext",
-    "QueryScores",
-    "chunk_corpus",
-    "create_method",
-    "embedder_for",
-    "load_benchmark",
-    "paired_bootstrap",
-    "prepare_benchmark",
-    "register_method",
-    "run_evaluation",
-    "run_methods",
-    "write_outputs",
-]
+    "DEFAULT_METHODS", "REGISTRY", "Benchmark", "ChunkedCorpus", "EvalConfig", "EvalQuery",
+    "EvalResults", "EvidenceSpan", "PreparedBenchmark", "QueryContext", "chunk_corpus",
+    "create_method", "embedder_for", "load_benchmark", "paired_bootstrap", "prepare_benchmark",
+    "register_method", "run_evaluation", "run_methods", "write_outputs",
+]  # fmt: skip

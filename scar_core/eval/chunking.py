@@ -162,15 +162,6 @@ def chunk_corpus(
                     f"the splitter gave chunk {link.position} of {document_id!r} the offset {start}, "
                     "but its text is not found there in the document."
                 )
-            chunks.append(
-                EvalChunk(
-                    link.chunk_id,
-                    document_id,
-                    link.position,
-                    start,
-                    piece,
-                    link.previous_id,
-                    link.next_id,
-                )  # fmt: skip
-            )
+            where = (link.chunk_id, document_id, link.position, start)
+            chunks.append(EvalChunk(*where, piece, link.previous_id, link.next_id))
     return ChunkedCorpus(chunks)

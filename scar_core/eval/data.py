@@ -116,7 +116,7 @@ def _parse_query(
         f"{name} has no evidence; 'snippets' must be a non-empty list.",
     )
     spans: list[EvidenceSpan] = []
-    for number, snippet in enumerate(snippets):  # type: ignore[arg-type]
+    for number, snippet in enumerate(snippets or []):
         where = f"{name}, snippet {number}"
         _check(isinstance(snippet, dict), f"{where} is not an object.")
         document_id = next((snippet[key] for key in keys if key in snippet), None)
@@ -131,6 +131,7 @@ def _parse_query(
             f"{where}: span {span!r} must be [start, end] with two integers.",
         )
         start, end = span
+        document_id = str(document_id)
         document = text_of(document_id, where)
         _check(
             0 <= start < end <= len(document),
@@ -194,8 +195,8 @@ def read_legalbench(
         return documents[document_id]
 
     queries = tuple(
-        _parse_query(raw, i, source, text_of, ("file_path",)) for i, raw in enumerate(tests)
-    )  # type: ignore[arg-type]
+        _parse_query(raw, i, source, text_of, ("file_path",)) for i, raw in enumerate(tests or [])
+    )
     return Benchmark(name=name or benchmark_path.stem, documents=documents, queries=queries)
 
 

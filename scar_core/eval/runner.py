@@ -190,10 +190,10 @@ def prepare_benchmark(
     )
     queries, gold, excluded = [], [], {}
     for query in benchmark.queries:
-        rows = corpus.gold_rows(query)
-        if rows:
+        golden = corpus.gold_rows(query)
+        if golden:
             queries.append(query)
-            gold.append(frozenset(corpus.chunks[r].chunk_id for r in rows))
+            gold.append(frozenset(corpus.chunks[r].chunk_id for r in golden))
         else:
             excluded[query.index] = "its evidence lies wholly outside every chunk (whitespace)"
     if not queries:

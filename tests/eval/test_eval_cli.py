@@ -32,11 +32,15 @@ def test_importing_the_cli_stays_light() -> None:
         "heavy = {'torch', 'sentence_transformers', 'tiktoken', 'langchain_text_splitters', "
         "'matplotlib', 'tqdm'}; print(sorted(heavy & set(sys.modules)))"
     )
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert loaded.stdout.strip() == "[]"
 
 
-def test_eval_end_to_end_writes_every_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_end_to_end_writes_every_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     benchmark, corpus = write_legalbench(tmp_path / "data")
     out = tmp_path / "out"
     arguments = ["eval", str(benchmark), "--corpus", str(corpus), "--chunk-size", "60", "--k", "2",

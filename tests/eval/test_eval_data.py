@@ -91,7 +91,9 @@ def test_jsonl_errors_name_the_line_and_the_id(tmp_path: Path) -> None:
     queries, corpus = write_jsonl(tmp_path)
     rows = corpus.read_text().splitlines()
     corpus.write_text("\n".join([rows[0], rows[0]]))
-    with pytest.raises(DataFormatError, match="line 2: document id 'retention policy.txt' appears twice"):
+    with pytest.raises(
+        DataFormatError, match="line 2: document id 'retention policy.txt' appears twice"
+    ):
         read_jsonl_benchmark(queries, corpus)
     corpus.write_text(rows[0] + "\n")
     with pytest.raises(DataFormatError, match="no document with this id"):
@@ -126,7 +128,9 @@ def test_a_symlink_inside_the_corpus_pointing_outside_is_refused(tmp_path: Path)
 def test_a_symlink_that_stays_inside_the_corpus_is_read(tmp_path: Path) -> None:
     _, corpus = write_legalbench(tmp_path)
     os.symlink(corpus / "api reference.txt", corpus / "alias.txt")
-    benchmark = _one_query(tmp_path, {"file_path": "alias.txt", "span": [0, 7], "answer": "Refunds"})
+    benchmark = _one_query(
+        tmp_path, {"file_path": "alias.txt", "span": [0, 7], "answer": "Refunds"}
+    )
     assert read_legalbench(benchmark, corpus).queries[0].spans[0].document_id == "alias.txt"
 
 

@@ -57,7 +57,10 @@ def test_budget_b_is_what_the_query_driver_of_scar_retriever_returns(
     everything = _everything(prepared)
     for position in range(len(prepared.queries)):
         context = prepared.context(position, 5)
-        hits = [Chunk(i, None, everything[i].previous_id, everything[i].next_id) for i in context.head(4)]
+        hits = [
+            Chunk(i, None, everything[i].previous_id, everything[i].next_id)
+            for i in context.head(4)
+        ]
         driver = QueryDriver(context.vector, hits, BudgetSettings(k=4))
         while wanted := driver.wanted():
             driver.receive(everything[i] for i in wanted)
@@ -85,7 +88,10 @@ def test_top_static_parent_and_matched(prepared: PreparedBenchmark) -> None:
     for position in range(len(prepared.queries)):
         context = prepared.context(position, 3)
         best = [corpus.chunks[r].chunk_id for r in context.ranked[:3].tolist()]
-        assert create_method("topk", 3)(context).chunk_ids == create_method("top3", 9)(context).chunk_ids
+        assert (
+            create_method("topk", 3)(context).chunk_ids
+            == create_method("top3", 9)(context).chunk_ids
+        )
         assert sorted(create_method("topk", 3)(context).chunk_ids) == sorted(best)
         for window in (1, 2):
             rows = corpus.nearby([corpus.row_of[c] for c in best], window)

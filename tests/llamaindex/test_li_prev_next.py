@@ -6,13 +6,16 @@ every cosine is known in closed form and the expected nodes and scores are deriv
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import numpy as np
 import pytest
-from li_support import angle, docstore_of, ids_and_scores, linked_nodes, scored
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from llama_index.core.schema import QueryBundle, TextNode
 
+from li_support import angle, docstore_of, ids_and_scores, linked_nodes, scored
 from scar_core import BudgetSettings, Chunk, PaperSettings, budget_select, paper_expand
 from scar_llamaindex import SCARNodePostprocessor
 
@@ -173,3 +176,36 @@ def test_a_query_without_embedding_is_embedded_with_the_embed_model() -> None:
     assert [n.node.node_id for n in output] == ["a2", "a3", "b1"]
     assert model.queries_embedded == 1
     assert np.isclose(output[1].score, cos(25))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    angles=st.lists(st.floats(0, 180), min_size=2, max_size=9),
+    picks=st.lists(st.integers(0, 8), min_size=1, max_size=6, unique=True),
+    top_n=st.none() | st.integers(1, 8),
+    mode=st.sampled_from(["budget", "paper"]),
+)
+def test_counts_kept_hits_and_order_hold_for_any_chain(
+    angles: list[float], picks: list[int], top_n: int | None, mode: str
+) -> None:
+    nodes = linked_nodes("p", [angle(d) for d in angles])
+    hits = scored([nodes[i % len(nodes)] for i in picks], [1.0 - r / 10 for r in range(len(picks))])
+    scar = SCARNodePostprocessor(docstore=docstore_of(nodes), mode=mode, top_n=top_n)
+    output = scar.postprocess_nodes(hits, QUERY)
+    ids = [n.node.node_id for n in output]
+    unique_hits = list(dict.fromkeys(h.node.node_id for h in hits))
+    k = top_n or len(hits)
+    assert len(ids) == len(set(ids))
+    assert all(n.score is not None for n in output if n.node.metadata["scar_origin"] == "neighbor")
+    if mode == "budget":
+        assert len(ids) <= k
+        assert len(ids) == k or len(unique_hits) < k
+        assert set(unique_hits[: max(1, math.ceil(k * 0.3))]) <= set(ids)
+    else:
+        assert set(unique_hits[:k]) <= set(ids)
+    for passage in {n.node.metadata["scar_passage"] for n in output}:
+        positions = [
+            int(n.node.node_id[1:]) for n in output if n.node.metadata["scar_passage"] == passage
+        ]
+        assert positions == list(range(positions[0], positions[0] + len(positions)))
+    assert asyncio.run(scar.apostprocess_nodes(hits, QUERY)) == output

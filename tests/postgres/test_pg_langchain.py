@@ -21,8 +21,8 @@ from lc_stores import (
     Corpus,
     CountingEmbeddings,
     comparable,
-    counted,
     make_corpus,
+    pgvector_store,
     scores,
     store_ids,
 )
@@ -33,16 +33,6 @@ from scar_langchain.stores import reader_for
 pytestmark = pytest.mark.postgres
 
 langchain_postgres = pytest.importorskip("langchain_postgres")
-
-
-class CountingPGVectorStore(langchain_postgres.PGVectorStore):  # type: ignore[misc]
-    """The real PGVectorStore; ``get``/``aget`` (SCAR's only reads) count their calls."""
-
-    def get(self, *args: Any, **kwargs: Any) -> Any:
-        return counted("pgvector", super().get)(*args, **kwargs)
-
-    async def aget(self, *args: Any, **kwargs: Any) -> Any:
-        return await counted("pgvector", super().aget)(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -58,20 +48,11 @@ def engine(postgres: Any) -> Iterator[Any]:
 
 
 def pg_store(
-    engine: Any,
-    table: str,
-    corpus: Corpus,
-    documents: list[Any],
-    ids: list[Any],
-    **table_options: Any,
+    engine: Any, table: str, corpus: Corpus, documents: list[Any], ids: list[Any], **options: Any
 ) -> Any:
-    engine.init_vectorstore_table(table, corpus.dimension, **table_options)
-    columns = [c.name for c in table_options.get("metadata_columns", [])]
-    store = CountingPGVectorStore.create_sync(
-        engine, CountingEmbeddings(corpus), table, metadata_columns=columns
-    )
-    store.add_documents(documents, ids=ids)
-    store.embeddings.calls = store.embeddings.texts_embedded = 0
+    embeddings = CountingEmbeddings(corpus)
+    store = pgvector_store(engine, table, embeddings, documents, ids, **options)
+    embeddings.calls = embeddings.texts_embedded = 0
     return store
 
 

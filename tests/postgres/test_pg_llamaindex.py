@@ -2,7 +2,8 @@
 
 The index lives only in PostgreSQL (PGVectorStore keeps the text, so the docstore is empty). The
 postprocessor must read neighbours and their embeddings through ``get_nodes``/``aget_nodes``,
-embed no node, read at most twice per query, and answer as the same nodes do in memory.
+embed no node, read at most twice per query, and answer for the same hits as the same nodes
+and vectors in memory (a SimpleDocumentStore and a SimpleVectorStore) do.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def test_pgvector_answers_as_memory_does_without_embedding(
     assert indexes.embed_model.texts_embedded == texts
     assert 1 <= indexes.store._reads <= (2 if settings.get("mode") != "paper" else 1)
     memory = SCARNodePostprocessor.from_index(indexes.memory, **settings).postprocess_nodes(
-        indexes.hits(indexes.memory, query), QueryBundle(query)
+        hits, QueryBundle(query)
     )
     assert answer(output) == answer(memory)
     assert any(n.node.metadata["scar_origin"] == "neighbor" for n in output)
