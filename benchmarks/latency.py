@@ -274,7 +274,11 @@ def main() -> None:
     parser.add_argument(
         "--output", type=Path, default=Path(__file__).parent / "results" / "latency.md"
     )
+    parser.add_argument("--faiss-threads", type=int, default=1, help="OpenMP threads of faiss")
     args = parser.parse_args()
+    import faiss  # one thread by default: OpenMP threads on a busy machine inflate the search
+
+    faiss.omp_set_num_threads(args.faiss_threads)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     random.seed(0)
     header = summary("python " + " ".join(sys.argv))

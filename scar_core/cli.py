@@ -43,7 +43,8 @@ Methods (k is --k; B, W, S, N integers; G, L, A numbers):
   topk_matched_NAME  the same, matched to method NAME, e.g. topk_matched_scar2
 
 --model: omitted = the bundled all-MiniLM-L6-v2 (offline); st:NAME or NAME = a
-sentence-transformers model or folder; openai:NAME (needs OPENAI_API_KEY); model2vec:PATH.
+sentence-transformers model or folder; openai:NAME (needs OPENAI_API_KEY);
+py:MODULE:FACTORY = FACTORY() from an importable module returns your own embedder.
 """
 
 _DEMO_DESCRIPTION = """\

@@ -21,13 +21,10 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from scar_core.errors import DataFormatError
 from scar_core.eval.data import Benchmark, read_legalbench
 from scar_core.eval.runner import EvalConfig, EvalResults, run_evaluation
-from scar_core.selection import Selection
-from scar_core.settings import DEFAULT_CONTINUITY_BONUS, BudgetSettings
+from scar_core.settings import DEFAULT_CONTINUITY_BONUS, DEFAULT_LAMBDA, BudgetSettings
 
 if TYPE_CHECKING:
     from scar_core.cache import EmbeddingCache
@@ -109,37 +106,23 @@ def run_demo(
     return run_evaluation(load_sample(), embedder, config, cache=cache, show_progress=show_progress)
 
 
-def _labels(k: int) -> dict[str, str]:
-    return {name: label.replace("K", str(k)) for name, label in DEMO_METHODS.items()}
-
-
-def _cell(recall: float, chunks: int, k: int) -> str:
-    return f"{recall:.2f}" + ("" if chunks == k else f" [{chunks}]")
-
-
-def _positions(results: EvalResults, selection: Selection, gold: frozenset[str]) -> str:
-    corpus = results.prepared.corpus
-    rows = sorted(corpus.row_of[c] for c in selection.chunk_ids)
-    return " ".join(
-        f"{corpus.chunks[r].position}{'*' if corpus.chunks[r].chunk_id in gold else ''}"
-        for r in rows
-    )
-
-
 def _details(results: EvalResults, i: int, labels: dict[str, str]) -> list[str]:
-    prepared, corpus = results.prepared, results.prepared.corpus
-    gold = prepared.gold[i]
+    """One question's chunks per method (positions, ``*`` = gold) and the default's bids."""
+    prepared, gold = results.prepared, results.prepared.gold[i]
+    position = {c.chunk_id: c.position for c in prepared.corpus.chunks}
     query = prepared.queries[i]
     lines = textwrap.wrap(f"Q{query.index + 1}. {query.text}", 100, subsequent_indent="    ")
     for name, label in labels.items():
-        lines.append(f"    {label:<10} {_positions(results, results.runs[name][0][i], gold)}")
-    position = {c.chunk_id: c.position for c in corpus.chunks}
-    for d in results.runs["default"][0][i].decisions:
-        verdict = "taken  " if d.accepted else "refused"
+        ids = sorted(results.runs[name][0][i].chunk_ids, key=position.__getitem__)
         lines.append(
-            f"      bid {position[d.neighbor_id]:>2} next to {position[d.via_id]:>2}: cos(q,n) {d.relevance:.3f}"
-            f"  b {d.boundary_penalty:.3f}  S {d.score:.3f} {'>' if d.accepted else '≤'} {d.threshold:.3f}  {verdict}"
-            f"{'  gold' if d.neighbor_id in gold else ''}"
+            f"    {label:<10} " + " ".join(f"{position[c]}{'*' * (c in gold)}" for c in ids)
+        )
+    for d in results.runs["default"][0][i].decisions:
+        sign, verdict = (">", "taken") if d.accepted else ("≤", "refused")
+        lines.append(
+            f"      bid {position[d.neighbor_id]:>2} next to {position[d.via_id]:>2}: "
+            f"cos(q,n) {d.relevance:.3f}  b {d.boundary_penalty:.3f}  S {d.score:.3f} {sign} "
+            f"{d.threshold:.3f}  {verdict}{'  (gold)' * (d.neighbor_id in gold)}"
         )
     return lines
 
@@ -150,61 +133,56 @@ def format_demo(results: EvalResults, *, verbose: bool = False) -> str:
     Args:
         results: What :func:`run_demo` returned.
         verbose: Also print each question's chunks (``*`` marks gold) and every bid the default
-            weighed: ``S`` against the bar ``competing bid - α``.
+            weighed: ``S`` against the bar, the bid it had to beat minus the continuity bonus.
     """
-    prepared = results.prepared
-    k = int(results.config["k"])
-    labels = _labels(k)
-    kept = BudgetSettings(k=k).kept
-    fragmented = int(prepared.fragmented.sum())
-    lines = textwrap.wrap(
+    prepared, k = results.prepared, int(results.config["k"])
+    labels = {name: label.replace("K", str(k)) for name, label in DEMO_METHODS.items()}
+    runs = {name: results.runs[name][1] for name in labels}
+    intro = (
         f"SCAR demo: the bundled sample, {len(prepared.benchmark.documents)} documents cut into "
         f"{len(prepared.corpus)} chunks of at most {results.config['chunk_size']} characters, "
-        f"{len(prepared.queries)} questions ({fragmented} fragmented: evidence in 2+ chunks). "
-        f"Model {prepared.model_name}; retrieval by cosine within the question's document.",
-        100,
+        f"{len(prepared.queries)} questions ({int(prepared.fragmented.sum())} fragmented: evidence "
+        f"in 2+ chunks). Model {prepared.model_name}; retrieval within the question's document.\n"
+        f"default = SCARRetriever(k={k}), the shipped budget mode: {k} chunks; the "
+        f"{BudgetSettings(k=k).kept} best hits are kept, then each slot goes to the highest bid: a "
+        f"further hit bids cos(q, x), a neighbour of a chunk taken bids S + "
+        f"{DEFAULT_CONTINUITY_BONUS:g}, S = cos(q, n) - {DEFAULT_LAMBDA:g} b. static ±1 and scar1 (the paper's "
+        f"rule, γ 0.8) add chunks to the same {k} hits."
     )
-    lines += [""] + textwrap.wrap(
-        f"default = SCARRetriever(k={k}), the shipped budget mode: {k} chunks; the {kept} best hits "
-        f"are kept, then each slot goes to the highest bid: a further hit bids cos(q, x), a neighbour "
-        f"of a chunk already taken bids S + {DEFAULT_CONTINUITY_BONUS:g} (S = cos(q, n) - 0.1 b). "
-        f"static ±1 and scar1 (the paper's rule, γ 0.8) start from the same {k} hits and add chunks.",
-        100,
+    lines = [wrapped for part in intro.split("\n") for wrapped in [*textwrap.wrap(part, 100), ""]]
+    lines.append(f"Recall of gold chunks per question ([n] = chunks returned, when not {k}):")
+    lines.append(
+        f" {'Q':>2}  {'document':<28}{'gold':>5}" + "".join(f"{x:>12}" for x in labels.values())
     )
-    lines += ["", f"Recall of gold chunks per question ([n] = chunks returned, when not {k}):"]
-    header = f" {'Q':>2}  {'document':<28}{'gold':>5}" + "".join(
-        f"{label:>12}" for label in labels.values()
-    )
-    lines.append(header)
     for i, query in enumerate(prepared.queries):
-        cells = "".join(
-            f"{_cell(float(results.runs[n][1].recall[i]), int(results.runs[n][1].chunks[i]), k):>12}"
-            for n in labels
-        )
+        cells = [
+            f"{s.recall[i]:.2f}" + (f" [{s.chunks[i]:.0f}]" if s.chunks[i] != k else "")
+            for s in runs.values()
+        ]
         document = Path(query.document_ids[0]).stem[:27]
-        lines.append(f" {query.index + 1:>2}  {document:<28}{len(prepared.gold[i]):>5}{cells}")
+        lines.append(
+            f" {query.index + 1:>2}  {document:<28}{len(prepared.gold[i]):>5}"
+            + "".join(f"{c:>12}" for c in cells)
+        )
     lines += ["", f"{'means':<18}{'recall':>8}{'chars':>8}{'chunks':>8}{'tokens':>8}"]
     for group in ("fragmented", "all"):
-        summaries = results.summary(group)
         lines.append(f"{group} ({int(prepared.group_mask(group).sum())})")
-        for name, label in labels.items():
-            s = summaries[name]
+        for name, s in results.summary(group).items():
             lines.append(
-                f"  {label:<16}{s.recall:>8.3f}{s.char_recall:>8.3f}{s.chunks:>8.2f}{s.tokens or 0:>8.0f}"
+                f"  {labels[name]:<16}{s.recall:>8.3f}{s.char_recall:>8.3f}{s.chunks:>8.2f}{s.tokens or 0:>8.0f}"
             )
-    delta = results.runs["default"][1].recall - results.runs["topk"][1].recall
+    delta = runs["default"].recall - runs["topk"].recall
+    higher, lower = int((delta > 1e-9).sum()), int((delta < -1e-9).sum())
     lines += [
         "",
-        f"default against {labels['topk']} (both {k} chunks): higher recall on {int((delta > 1e-12).sum())} "
-        f"questions, lower on {int((delta < -1e-12).sum())}, equal on {int((np.abs(delta) <= 1e-12).sum())}.",
+        f"default against {labels['topk']} (both {k} chunks): higher recall on {higher} questions, "
+        f"lower on {lower}, equal on {len(delta) - higher - lower}.",
     ]
-    if verbose:
-        lines += [
-            "",
-            "Chunks returned (position in the document, * = gold) and the default's bids:",
-        ]
-        for i in range(len(prepared.queries)):
-            lines += _details(results, i, labels)
-    else:
-        lines.append("Run with --verbose for every question's chunks and the default's bids.")
+    if not verbose:
+        return "\n".join(
+            [*lines, "Run with --verbose for each question's chunks and the default's bids."]
+        )
+    lines += ["", "Chunks returned (position in the document, * = gold) and the default's bids:"]
+    for i in range(len(prepared.queries)):
+        lines += _details(results, i, labels)
     return "\n".join(lines)

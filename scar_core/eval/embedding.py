@@ -5,9 +5,9 @@
 * nothing: the bundled all-MiniLM-L6-v2 (offline);
 * ``st:NAME`` or a bare ``NAME``: a sentence-transformers model name or folder;
 * ``openai:NAME``: an OpenAI embedding model (needs ``OPENAI_API_KEY``);
-* ``model2vec:PATH``: a model2vec static model folder or name;
 * ``py:MODULE:FACTORY``: ``FACTORY()`` from an importable module (a class works) returns any
-  object with ``model_name``, ``embed_documents`` and ``embed_query``: your own embedder.
+  object with ``model_name``, ``embed_documents`` and ``embed_query``: your own embedder (a
+  model2vec model, a LangChain ``Embeddings`` wrapped in three lines...).
 
 Vectors go through :class:`scar_core.cache.EmbeddingCache`, keyed by the embedder's model name, so
 a rerun embeds nothing. Query vectors are cached under ``"<model name> [query]"``, apart from
@@ -39,25 +39,6 @@ T = TypeVar("T")
 EMBED_BATCH = 128
 
 
-class _Model2Vec:
-    """A model2vec static model as a :class:`Embedder`."""
-
-    def __init__(self, path: str) -> None:
-        try:
-            from model2vec import StaticModel
-        except ImportError as exc:
-            raise missing_dependency("model2vec", "dev") from exc
-        self.model = StaticModel.from_pretrained(path)
-        self.model_name = f"model2vec:{path}"
-
-    def embed_documents(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        return np.asarray(self.model.encode(list(texts)), dtype=np.float32)
-
-    def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        vector: npt.NDArray[np.float32] = self.embed_documents([text])[0]
-        return vector
-
-
 def _imported(spec: str) -> Embedder:
     module_name, _, attribute = spec.partition(":")
     try:
@@ -84,7 +65,7 @@ def embedder_for(model: str | None = None) -> Embedder:
         MissingDependencyError: If the backend's extra is not installed.
     """
     kind, _, name = (model or "").partition(":")
-    if kind not in ("st", "openai", "model2vec", "py"):
+    if kind not in ("st", "openai", "py"):
         kind, name = "st", model or ""  # a bare sentence-transformers name or folder
     elif not name:
         raise InvalidSettingsError(
@@ -94,8 +75,6 @@ def embedder_for(model: str | None = None) -> Embedder:
         from scar_core.embedders import OpenAIEmbedder
 
         return OpenAIEmbedder(model=name)
-    if kind == "model2vec":
-        return _Model2Vec(name)
     if kind == "py":
         return _imported(name)
     from scar_core.embedders import SentenceTransformerEmbedder

@@ -168,12 +168,8 @@ def matched(reference: Method) -> Method:
     return lambda context: top(max(1, len(reference(context).chunk_ids)))(context)
 
 
-@dataclass(frozen=True)
-class _Entry:
-    pattern: re.Pattern[str]
-    factory: Callable[[re.Match[str], int], Method]
-    example: str
-    description: str
+#: Builds a method from the match of its name and the run's ``--k``.
+Factory = Callable[[re.Match[str], int], Method]
 
 
 class MethodRegistry:
@@ -187,23 +183,17 @@ class MethodRegistry:
     """
 
     def __init__(self) -> None:
-        self._entries: list[_Entry] = []
+        self._entries: list[tuple[re.Pattern[str], Factory, str, str]] = []
 
-    def register(
-        self,
-        pattern: str,
-        factory: Callable[[re.Match[str], int], Method],
-        example: str,
-        description: str = "",
-    ) -> None:
+    def register(self, pattern: str, factory: Factory, example: str, description: str = "") -> None:
         """Register names: ``factory(match, k)`` builds the method for a name ``pattern`` matches.
 
         A later registration wins over an earlier one that matches the same name.
         """
-        self._entries.insert(0, _Entry(re.compile(pattern), factory, example, description))
+        self._entries.insert(0, (re.compile(pattern), factory, example, description))
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and any(e.pattern.fullmatch(name) for e in self._entries)
+        return isinstance(name, str) and any(e[0].fullmatch(name) for e in self._entries)
 
     def create(self, name: str, k: int) -> Method:
         """Build the method called ``name`` for a run at ``--k`` = ``k``.
@@ -211,16 +201,15 @@ class MethodRegistry:
         Raises:
             InvalidSettingsError: If no registration matches ``name``, or its settings are invalid.
         """
-        for entry in self._entries:
-            match = entry.pattern.fullmatch(name)
-            if match is not None:
-                return entry.factory(match, k)
-        examples = ", ".join(e.example for e in reversed(self._entries))
+        for pattern, factory, _, _ in self._entries:
+            if match := pattern.fullmatch(name):
+                return factory(match, k)
+        examples = ", ".join(e[2] for e in reversed(self._entries))
         raise InvalidSettingsError(f"method {name!r} is not known; use names like: {examples}.")
 
     def describe(self) -> list[tuple[str, str]]:
         """``(example name, description)`` of every registration, oldest first."""
-        return [(e.example, e.description) for e in reversed(self._entries)]
+        return [(e[2], e[3]) for e in reversed(self._entries)]
 
 
 _NUMBER = r"(\d+(?:\.\d+)?)"
@@ -244,19 +233,10 @@ def _paper(match: re.Match[str], k: int) -> Method:
 
 
 def _builtins(registry: MethodRegistry) -> None:
-    def add(
-        pattern: str, factory: Callable[[re.Match[str], int], Method], example: str, text: str
-    ) -> None:
-        registry.register(pattern, factory, example, text)
-
+    add = registry.register
     add(r"topk", lambda m, k: top(k), "topk", "the k best chunks of the scope")
     add(r"top(\d+)", lambda m, k: top(int(m[1])), "top10", "the B best chunks of the scope")
-    add(
-        r"static(\d+)",
-        lambda m, k: static(int(m[1]), k),
-        "static1",
-        "topk plus every chunk up to W steps away",
-    )
+    add(r"static(\d+)", lambda m, k: static(int(m[1]), k), "static1", "topk, and W steps around")
     add(rf"scar(\d+)(?:_g{_NUMBER})?(?:_(?:l|lambda){_NUMBER})?", _paper, "scar1_g0.8_l0.1",
         "the paper's rule, window W, gamma G (0.8), lambda L (0.1), k seeds")  # fmt: skip
     add(rf"budget(\d+)(?:_a{_NUMBER})?(?:_s(\d+))?(?:_w(\d+))?", _budget, "budget10",
@@ -276,12 +256,7 @@ REGISTRY = MethodRegistry()
 _builtins(REGISTRY)
 
 
-def register_method(
-    pattern: str,
-    factory: Callable[[re.Match[str], int], Method],
-    example: str,
-    description: str = "",
-) -> None:
+def register_method(pattern: str, factory: Factory, example: str, description: str = "") -> None:
     """Register a method name on :data:`REGISTRY` (see :meth:`MethodRegistry.register`)."""
     REGISTRY.register(pattern, factory, example, description)
 
