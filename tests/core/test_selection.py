@@ -225,3 +225,9 @@ def test_bad_settings_name_the_value(make, named: str) -> None:
 def test_a_bad_query_vector_is_refused(query) -> None:
     with pytest.raises(InvalidVectorError, match="query vector"):
         select(query, ["a"], {"a": Chunk("a", [1.0, 0.0])}, BudgetSettings(k=1))
+
+
+def test_chunks_of_another_dimension_are_kept_unscored_not_a_crash() -> None:
+    chunks = {"a": Chunk("a", [1.0, 0.0, 0.0], None, "b"), "b": Chunk("b", [1.0, 0.0, 0.0], "a")}
+    assert select([1.0, 0.0], ["a"], chunks, BudgetSettings(k=1)).chunk_ids == ["a"]
+    assert paper_expand([1.0, 0.0], ["a"], chunks, PaperSettings(k=1)).chunk_ids == ["a"]

@@ -33,7 +33,8 @@ def test_the_sample_is_inside_the_package_and_not_ignored() -> None:
     assert len(files) == 4
     assert all(package in path.resolve().parents for path in files)
     benchmark = load_sample()
-    assert len(benchmark.queries) == 15 and len(benchmark.documents) == 3
+    assert len(benchmark.queries) == 15
+    assert len(benchmark.documents) == 3
     if shutil.which("git"):  # hatch leaves git-ignored files out of the wheel
         ignored = subprocess.run(
             ["git", "check-ignore", *map(str, files)], capture_output=True, text=True
@@ -53,7 +54,8 @@ def test_the_printout_reports_every_question_and_stays_short(
     assert main(["demo", "--verbose", *HASH_MODEL]) == 0
     verbose = capsys.readouterr().out
     assert len(verbose.splitlines()) > len(output)
-    assert "bid" in verbose and "Q15." in verbose
+    assert "bid" in verbose
+    assert "Q15." in verbose
 
 
 def test_the_demo_is_an_eval_run_with_the_four_methods(tmp_path: Path) -> None:
@@ -76,4 +78,5 @@ def test_with_minilm_the_default_gains_on_top_k_at_the_same_k(
     assert len(output) < 80
     tally = next(line for line in output if line.startswith("default against"))
     higher, lower = (int(tally.split(word)[0].split()[-1]) for word in (" questions,", ", equal"))
-    assert higher >= 2 and lower == 0, tally
+    assert higher >= 2, tally
+    assert lower == 0, tally

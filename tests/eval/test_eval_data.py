@@ -92,7 +92,7 @@ def test_jsonl_errors_name_the_line_and_the_id(tmp_path: Path) -> None:
     rows = corpus.read_text().splitlines()
     corpus.write_text("\n".join([rows[0], rows[0]]))
     with pytest.raises(
-        DataFormatError, match="line 2: document id 'retention policy.txt' appears twice"
+        DataFormatError, match=r"line 2: document id 'retention policy\.txt' appears twice"
     ):
         read_jsonl_benchmark(queries, corpus)
     corpus.write_text(rows[0] + "\n")
@@ -121,7 +121,9 @@ def test_a_symlink_inside_the_corpus_pointing_outside_is_refused(tmp_path: Path)
     secret.write_text("top secret text")
     os.symlink(secret, corpus / "innocent.txt")
     benchmark = _one_query(tmp_path, {"file_path": "innocent.txt", "span": [0, 3]})
-    with pytest.raises(DataFormatError, match="'innocent.txt' resolves to .*secret.txt.*outside"):
+    with pytest.raises(
+        DataFormatError, match=r"'innocent\.txt' resolves to .*secret\.txt.*outside"
+    ):
         read_legalbench(benchmark, corpus)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -51,7 +52,13 @@ class TableEmbedder:
     """Vectors at fixed angles: every cosine is the cosine of a difference of angles."""
 
     model_name = "table"
-    angles = {"aaaaa": 0.0, "bbbbb": 30.0, "ccccc": 50.0, "ddddd": 90.0, "eeeee": 36.5}
+    angles: ClassVar[dict[str, float]] = {
+        "aaaaa": 0.0,
+        "bbbbb": 30.0,
+        "ccccc": 50.0,
+        "ddddd": 90.0,
+        "eeeee": 36.5,
+    }
     angles |= {"q zero": 36.5, "q one": 88.0}
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
