@@ -173,7 +173,9 @@ class _Scored:
     def __init__(self, query: npt.ArrayLike, chunks: Mapping[str, Chunk]) -> None:
         query_unit = unit_vector(query)
         ids = [c for c, chunk in chunks.items() if _vector_fits(chunk.vector, query_unit.shape[0])]
-        matrix = np.array([chunks[c].vector for c in ids], dtype=np.float64).reshape(len(ids), query_unit.shape[0])
+        matrix = np.array([chunks[c].vector for c in ids], dtype=np.float64).reshape(
+            len(ids), query_unit.shape[0]
+        )
         units, usable = unit_rows(matrix) if ids else (matrix, np.zeros(0, dtype=bool))
         self.units = {c: units[i] for i, c in enumerate(ids) if usable[i]}
         relevances = (units @ query_unit).tolist() if ids else []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -151,7 +152,7 @@ def test_passages_are_in_document_order_and_ranked_by_best_hit() -> None:
     selection = select(query, ranked, chunks, BudgetSettings(k=10, continuity_bonus=0.6))
     rank = {c: ranked.index(c) for c in chunks}
     for passage in selection.passages:
-        for before, after in zip(passage, passage[1:], strict=False):
+        for before, after in itertools.pairwise(passage):
             assert chunks[before].next_id == after
     best = [min(rank[c] for c in p if selection.get(c).origin == "hit") for p in selection.passages]
     assert best == sorted(best)
@@ -190,7 +191,8 @@ def test_a_hit_without_a_usable_vector_keeps_its_place_and_is_never_lost() -> No
     broken[ranked[0]] = Chunk(ranked[0], [math.nan] * 6, chunks[ranked[0]].previous_id, None)
     broken[ranked[1]] = Chunk(ranked[1], None, None, None)
     selection = select(query, ranked, broken, BudgetSettings(k=4, keep=2))
-    assert ranked[0] in selection.chunk_ids and ranked[1] in selection.chunk_ids
+    assert ranked[0] in selection.chunk_ids
+    assert ranked[1] in selection.chunk_ids
     assert len(selection.chunk_ids) == 4
 
 

@@ -24,7 +24,7 @@ class WordHashEmbeddings(Embeddings):
     def _vector(self, text: str) -> list[float]:
         vector = np.zeros(self.size)
         for word in re.findall(r"\w+", text.lower()):
-            vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % self.size] += 1.0  # noqa: S324
+            vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % self.size] += 1.0
         vector[0] += 0.01  # never a zero vector
         return vector.tolist()
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Any
 
 import numpy as np
 import pytest
-from lc_support import WordHashEmbeddings, documents, linked_store
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore
+from lc_support import WordHashEmbeddings, documents, linked_store
 
 from scar_core import Chunk, InvalidSettingsError, PaperSettings, paper_expand
 from scar_core.cache import EmbeddingCache
@@ -51,7 +52,7 @@ def test_budget_mode_keeps_the_best_hits_and_adds_continuations(store: InMemoryV
             )
     passages = [d.metadata["scar_passage"] for d in docs]
     assert passages == sorted(passages)
-    for before, after in zip(docs, docs[1:], strict=False):
+    for before, after in itertools.pairwise(docs):
         if before.metadata["scar_passage"] == after.metadata["scar_passage"]:
             assert before.metadata["scar_next_id"] == after.id
 
@@ -144,7 +145,7 @@ def test_out_of_range_values_are_refused(
 
 
 def test_an_unknown_call_setting_is_refused(store: InMemoryVectorStore) -> None:
-    with pytest.raises(InvalidSettingsError, match="only k=... may change per call"):
+    with pytest.raises(InvalidSettingsError, match=r"only k=\.\.\. may change per call"):
         SCARRetriever(vectorstore=store).invoke(QUERY, gamma=0.5)
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lc_support import linked_store
 from langchain_tests.integration_tests import RetrieversIntegrationTests
+from lc_support import linked_store
 
 from scar_langchain import SCARRetriever
 
