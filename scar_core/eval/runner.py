@@ -66,7 +66,7 @@ __all__ = [
 Scope = Literal["document", "corpus"]
 #: The methods ``scar eval`` runs when ``--methods`` is not given.
 DEFAULT_METHODS = ("topk", "default", "static1", "static2", "scar1", "scar2", "parent",
-                   "topk_matched", "topk_matched_default")  # fmt: skip
+                   "topk_matched")  # fmt: skip
 #: Query groups, in report order.
 GROUPS = ("fragmented", "atomic", "all")
 
