@@ -7,6 +7,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+from llama_index.core.schema import QueryBundle, TextNode
+
 from li_support import (
     QUERY,
     BrokenDocstore,
@@ -18,8 +20,6 @@ from li_support import (
     linked_nodes,
     scored,
 )
-from llama_index.core.schema import QueryBundle, TextNode
-
 from scar_core.cache import EmbeddingCache
 from scar_core.errors import NeighborFetchError
 from scar_llamaindex import SCARNodePostprocessor

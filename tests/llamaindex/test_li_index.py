@@ -7,6 +7,9 @@ import itertools
 from typing import Any
 
 import pytest
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
 from li_support import (
     QUERY,
     CountingDocstore,
@@ -15,9 +18,6 @@ from li_support import (
     hash_index,
     splitter,
 )
-from llama_index.core import StorageContext, VectorStoreIndex
-from llama_index.core.schema import NodeWithScore, QueryBundle
-
 from scar_llamaindex import SCARNodePostprocessor
 
 QUERIES = [QUERY, "topic1 part 4 word1x4", "word0x0 and word5x6", "Document 2 is about topic2"]

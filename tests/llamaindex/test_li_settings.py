@@ -6,6 +6,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from llama_index.core import VectorStoreIndex
+from llama_index.core.bridge.pydantic import ValidationError
+from llama_index.core.schema import QueryBundle
+from llama_index.core.storage.docstore import SimpleDocumentStore
+from llama_index.core.vector_stores import SimpleVectorStore
+
 from li_support import (
     QUERY,
     WordHashEmbedding,
@@ -17,12 +23,6 @@ from li_support import (
     scored,
     splitter,
 )
-from llama_index.core import VectorStoreIndex
-from llama_index.core.bridge.pydantic import ValidationError
-from llama_index.core.schema import QueryBundle
-from llama_index.core.storage.docstore import SimpleDocumentStore
-from llama_index.core.vector_stores import SimpleVectorStore
-
 from scar_core.errors import InvalidSettingsError
 from scar_llamaindex import SCAREmbedding, SCARNodePostprocessor
 
