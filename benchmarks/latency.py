@@ -132,24 +132,18 @@ def pg_engine() -> Iterator[Any]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def pg_store(engine: Any, corpus: Corpus, embeddings: QueryEmbeddings) -> Any:
+def pg_store(engine: Any, c: Corpus, embeddings: QueryEmbeddings) -> Any:
     from langchain_postgres import PGVectorStore
     from langchain_postgres.v2.indexes import HNSWIndex
 
-    table, size, step = f"latency_{len(corpus.ids)}", len(corpus.ids), 500
+    table, size, step = f"latency_{len(c.ids)}", len(c.ids), 500
     engine.init_vectorstore_table(table, DIMENSION, overwrite_existing=True)
     store = PGVectorStore.create_sync(engine, embeddings, table)
 
     async def load(at: int) -> None:  # add_embeddings, four batches at a time
-        batches = [slice(a, a + step) for a in range(at, min(at + 4 * step, size), step)]
-        await asyncio.gather(
-            *(
-                store.aadd_embeddings(
-                    corpus.texts[b], corpus.vectors[b].tolist(), corpus.metadatas[b], corpus.ids[b]
-                )
-                for b in batches
-            )
-        )
+        parts = [slice(a, a + step) for a in range(at, min(at + 4 * step, size), step)]
+        rows = [(c.texts[p], c.vectors[p].tolist(), c.metadatas[p], c.ids[p]) for p in parts]
+        await asyncio.gather(*(store.aadd_embeddings(*row) for row in rows))
 
     start = time.perf_counter()
     for at in range(0, size, 4 * step):
@@ -181,24 +175,16 @@ def interval(scar: list[float], plain: list[float]) -> str:
     return "{:.3f}-{:.3f}x".format(*np.percentile(ratios, [2.5, 97.5]))
 
 
-@contextmanager
-def counting(
-    owner: Any, name: str, tally: Counter[str], rows: Callable[[Any], int]
-) -> Iterator[None]:
-    """Count ``owner.name``'s calls (and ``rows(result)``) by shadowing it on the instance."""
+def tap(owner: Any, name: str, tally: Counter[str], rows: Callable[[Any], int]) -> None:
+    """Count ``owner.name``'s calls and rows by shadowing it on the instance (``delattr`` undoes)."""
     method = getattr(owner, name)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         result = method(*args, **kwargs)
-        tally[name] += 1
-        tally[f"{name} rows"] += rows(result)
+        tally[name], tally[f"{name} rows"] = tally[name] + 1, tally[f"{name} rows"] + rows(result)
         return result
 
     setattr(owner, name, counted)
-    try:
-        yield
-    finally:
-        delattr(owner, name)
 
 
 def count_reads(backend: str, scar: SCARRetriever, queries: list[str]) -> tuple[Counter[str], int]:
@@ -206,14 +192,14 @@ def count_reads(backend: str, scar: SCARRetriever, queries: list[str]) -> tuple[
     tally: Counter[str] = Counter()
     store, neighbours = scar.vectorstore, 0
     owner, method = (store, "get") if backend == "pgvector" else (store.docstore, "search")
-    with (
-        counting(scar._reader, "read", tally, len),  # the reader's calls: one per batch
-        counting(owner, method, tally, lambda r: len(r["ids"]) if isinstance(r, dict) else 1),
-    ):
-        for query in queries:
-            documents = scar.invoke(query)
-            assert all(d.metadata["scar_embedded"] == 0 for d in documents)
-            neighbours += sum(d.metadata["scar_origin"] == "neighbor" for d in documents)
+    tap(scar._reader, "read", tally, len)  # the reader's calls: one per batch
+    tap(owner, method, tally, lambda r: len(r["ids"]) if isinstance(r, dict) else 1)
+    for query in queries:
+        documents = scar.invoke(query)
+        assert all(d.metadata["scar_embedded"] == 0 for d in documents)
+        neighbours += sum(d.metadata["scar_origin"] == "neighbor" for d in documents)
+    delattr(scar._reader, "read")
+    delattr(owner, method)
     if backend == "faiss":  # docstore lookups include the search's own k per query
         tally["search"] -= K * len(queries)
         tally["search rows"] -= K * len(queries)
@@ -300,7 +286,10 @@ def main() -> None:
     notes = [
         f"k={K}, d={DIMENSION}, {PER_DOCUMENT} chunks per document. Ratio: median SCAR / median "
         "plain over the same queries (each pair in random order); interval: paired bootstrap "
-        "95%. Target at 100k on FAISS: <= 1.10x.",
+        f"95%. Target at 100k on FAISS: <= 1.10x. FAISS: IndexFlatIP, {args.faiss_threads} "
+        "OpenMP thread(s). pgvector: HNSW (m=16, ef_construction=64, default ef_search=40); "
+        "synchronous_commit=off only speeds up loading. Load average at the end: "
+        f"{os.getloadavg()[0]:.1f}.",
         f"Reads per SCAR query beyond the search (an untimed pass of {COUNTED} further queries): "
         "the reader's batches (one store read call each: PGVectorStore `get`; FAISS reads "
         "`docstore.search` + `index.reconstruct` per chunk), store read calls, rows read, "
