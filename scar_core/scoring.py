@@ -20,6 +20,10 @@ __all__ = ["boundary_penalty", "expansion_score", "paper_threshold", "unit_rows"
 
 FloatArray = npt.NDArray[np.float64]
 
+#: Norms inside this range are squared and summed without overflow or loss of precision.
+SAFE_NORM_LOW = 1e-100
+SAFE_NORM_HIGH = 1e100
+
 
 def boundary_penalty(boundary_cosine: float) -> float:
     """Return ``b = 1 - cos(e_c, e_n)``: low when two chunks read as one text."""
@@ -57,6 +61,12 @@ def unit_rows(matrix: npt.ArrayLike) -> tuple[FloatArray, npt.NDArray[np.bool_]]
     array = np.asarray(matrix, dtype=np.float64)
     if array.ndim != 2:
         raise InvalidVectorError(f"expected a 2-D array of vectors, got shape {array.shape}.")
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        norms = np.sqrt(np.einsum("ij,ij->i", array, array))
+    # NaN and infinite rows fail both tests, so only rows of ordinary magnitude pass.
+    ordinary = (norms > SAFE_NORM_LOW) & (norms < SAFE_NORM_HIGH)
+    if ordinary.all():
+        return array / norms[:, None], ordinary
     finite: npt.NDArray[np.bool_] = np.asarray(np.isfinite(array).all(axis=1))
     safe = np.where(finite[:, None], array, 0.0)
     # Dividing by the largest magnitude first keeps the squares from overflowing or underflowing.

@@ -188,6 +188,8 @@ class _Scored:
 def _vector_fits(vector: object, dimension: int) -> bool:
     if vector is None:
         return False
+    if isinstance(vector, np.ndarray):
+        return vector.shape == (dimension,)
     try:
         array = np.asarray(vector, dtype=np.float64)
     except (TypeError, ValueError):

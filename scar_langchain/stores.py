@@ -104,12 +104,23 @@ class _FaissReader(StoreReader):
         mapping: dict[int, str] = self.store.index_to_docstore_id
         if self._rows[:2] != (id(mapping), len(mapping)):  # chunks were added or deleted
             self._rows = (id(mapping), len(mapping), {c: row for row, c in mapping.items()})
-        documents = {i: self.store.docstore.search(i) for i in ids if i in self._rows[2]}
-        return _found(
-            (i, d.page_content, d.metadata, self.store.index.reconstruct(self._rows[2][i]))
-            for i, d in documents.items()
-            if isinstance(d, Document)
-        )
+        rows = self._rows[2]
+        documents = {i: self.store.docstore.search(i) for i in ids if i in rows}
+        found = [i for i, d in documents.items() if isinstance(d, Document)]
+        if not found:
+            return {}
+        vectors = self.store.index.reconstruct_batch(np.array([rows[i] for i in found]))
+        # The docstore's own Documents are returned as they are (SCAR never changes them).
+        return {
+            i: (
+                d
+                if d.id == i
+                else Document(id=i, page_content=d.page_content, metadata=d.metadata),
+                v,
+            )
+            for i, v in zip(found, vectors, strict=True)
+            if (d := documents[i]) is not None
+        }
 
     def scan(self) -> Found:
         return self.read(list(self.store.index_to_docstore_id.values()))

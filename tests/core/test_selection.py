@@ -233,3 +233,26 @@ def test_chunks_of_another_dimension_are_kept_unscored_not_a_crash() -> None:
     chunks = {"a": Chunk("a", [1.0, 0.0, 0.0], None, "b"), "b": Chunk("b", [1.0, 0.0, 0.0], "a")}
     assert select([1.0, 0.0], ["a"], chunks, BudgetSettings(k=1)).chunk_ids == ["a"]
     assert paper_expand([1.0, 0.0], ["a"], chunks, PaperSettings(k=1)).chunk_ids == ["a"]
+
+
+@given(
+    st.lists(
+        st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), min_size=3, max_size=3),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_unit_rows_agree_with_a_naive_norm_and_flag_every_unusable_row(rows) -> None:
+    from scar_core.scoring import unit_rows
+
+    units, usable = unit_rows(np.array(rows))
+    for row, unit, ok in zip(rows, units, usable, strict=True):
+        finite = all(math.isfinite(x) for x in row)
+        assert ok == (finite and any(x != 0 for x in row))
+        if ok:
+            peak = max(abs(x) for x in row)
+            scaled = [x / peak for x in row]
+            norm = math.sqrt(sum(x * x for x in scaled))
+            assert np.allclose(unit, [x / norm for x in scaled], rtol=1e-12, atol=1e-300)
+        else:
+            assert not unit.any()
