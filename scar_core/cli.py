@@ -85,7 +85,9 @@ def _add_eval(subparsers: Any) -> None:
 def _add_common(parser: argparse.ArgumentParser, handler: Any) -> None:
     add = parser.add_argument
     add("--model", help="embedding model (default: the bundled all-MiniLM-L6-v2)")
-    add("--cache-dir", help="vector cache folder (default: $SCAR_CACHE_DIR, else ~/.cache/scar)")
+    add(
+        "--cache-dir", help="vector cache (default: $SCAR_CACHE_DIR, else ~/.cache/scar/embeddings)"
+    )
     add("--no-cache", action="store_true", help="embed everything, cache nothing")
     add("--no-progress", action="store_true", help="hide the progress bars")
     parser.set_defaults(handler=handler)

@@ -189,7 +189,7 @@ def _vector_fits(vector: object, dimension: int) -> bool:
     if vector is None:
         return False
     if isinstance(vector, np.ndarray):
-        return vector.shape == (dimension,)
+        return bool(vector.shape == (dimension,))
     try:
         array = np.asarray(vector, dtype=np.float64)
     except (TypeError, ValueError):

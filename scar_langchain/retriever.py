@@ -64,7 +64,7 @@ class SCARRetriever(BaseRetriever):
         search_kwargs: Passed to the store's search, e.g. ``{"filter": ...}``.
         merge_passages: Return each passage as one stitched Document (at most ``k`` of them,
             holding exactly ``k`` chunks in budget mode).
-        keep, continuity_bonus: Budget mode only: hits always kept (default grows with ``k``)
+        keep, continuity_bonus: Budget mode only: hits always kept (default 2)
             and the bonus a continuing neighbour gets (0.2, for MiniLM-scale cosines).
         lambda_: Boundary-penalty weight, both modes (0.1).
         gamma, window, direction: Paper mode only (0.8, 1, ``"both"``).

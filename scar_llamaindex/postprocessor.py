@@ -8,6 +8,7 @@ retrieved nodes, reads the neighbours and their stored embeddings, and lets
 
 from __future__ import annotations
 
+import operator
 import warnings
 import weakref
 from typing import Any, Literal
@@ -15,6 +16,7 @@ from typing import Any, Literal
 from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationError, model_validator
+from llama_index.core.data_structs.data_structs import IndexDict
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import BaseDocumentStore
@@ -24,7 +26,7 @@ from scar_core.cache import EmbeddingCache
 from scar_core.driver import QueryDriver
 from scar_core.errors import InvalidSettingsError
 from scar_core.settings import DEFAULT_LAMBDA, BudgetSettings, Direction, PaperSettings
-from scar_llamaindex.reads import NodeReads, links_of, node_store
+from scar_llamaindex.reads import NodeReads, StoreReader, links_of, reader_for
 
 __all__ = ["SCARNodePostprocessor"]
 
@@ -56,8 +58,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
 
     Args:
         docstore: Where nodes are read when the vector store keeps no text (the index's docstore).
-        vector_store: The index's vector store: it gives the embeddings (``SimpleVectorStore``),
-            or the nodes with their embeddings (stores that keep text, such as PGVector).
+        vector_store: The index's vector store, which gives the stored embeddings (see
+            :mod:`scar_llamaindex.reads` for how each store is read), and the nodes if it keeps text.
+        index_struct: The index's map of vector store ids to node ids (``index.index_struct``);
+            ``FaissVectorStore``'s vectors are found through it.
         embed_model: Embeds the query when the ``QueryBundle`` has no embedding, and nodes whose
             embedding no store gives. Default: ``Settings.embed_model``, looked up only if needed.
         mode: ``"budget"`` (default) or ``"paper"``.
@@ -87,6 +91,9 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         exclude=True,
         description="The index's vector store: stored embeddings, or nodes if it keeps text.",
     )
+    index_struct: IndexDict | None = Field(
+        default=None, exclude=True, description="The index's map of vector store ids to node ids."
+    )
     embed_model: BaseEmbedding | None = Field(
         default=None,
         exclude=True,
@@ -107,7 +114,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     keep: int | None = Field(
         default=None,
         ge=1,
-        description="Budget mode: best hits always kept (default grows with the count, 30%).",
+        description="Budget mode: best hits always kept (default 2, or 1 when the count is 1).",
     )
     continuity_bonus: float | None = Field(
         default=None,
@@ -133,7 +140,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     _default_cache: EmbeddingCache | None = PrivateAttr(default=None)
     _warned_unlinked: bool = PrivateAttr(default=False)
     _warned_unscored: bool = PrivateAttr(default=False)
-    _async_reads: bool = PrivateAttr(default=True)
+    _reader: StoreReader | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -162,6 +169,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         stores = {
             "docstore": index.docstore,
             "vector_store": index.vector_store,
+            "index_struct": index.index_struct,
             "embed_model": index._embed_model,  # no public accessor in llama-index-core 0.14
         }
         return cls(**(stores | kwargs))
@@ -181,7 +189,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 f"keep={self.keep} is larger than top_n={self.top_n}; at most top_n nodes are "
                 "returned, so lower keep or raise top_n."
             )
-        if node_store(self.docstore, self.vector_store) is None:
+        if reader_for(self.docstore, self.vector_store).store is None:
             held = "no vector store" if self.vector_store is None else "a vector store that "
             held += "" if self.vector_store is None else "keeps no text (stores_text=False)"
             raise InvalidSettingsError(
@@ -260,24 +268,19 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         return False
 
     def _unexpanded(self, nodes: list[NodeWithScore]) -> list[NodeWithScore]:
-        return [
-            NodeWithScore(
-                node=_annotated(
-                    given.node,
-                    {**_UNEXPANDED, "scar_passage": rank, "scar_seed_id": given.node.node_id},
-                ),
-                score=given.score,
-            )
-            for rank, given in enumerate(nodes[: self.top_n or len(nodes)])
-        ]
+        out = []
+        for rank, given in enumerate(nodes[: self.top_n or len(nodes)]):
+            trace = {**_UNEXPANDED, "scar_passage": rank, "scar_seed_id": given.node.node_id}
+            out.append(NodeWithScore(node=_annotated(given.node, trace), score=given.score))
+        return out
 
     def _start(
         self, nodes: list[NodeWithScore], query: list[float]
     ) -> tuple[QueryDriver, NodeReads]:
-        reads = NodeReads(
-            self.docstore, self.vector_store, [n.node for n in nodes], self._embedder,
-            self._cache, use_async=self._async_reads,
-        )  # fmt: skip
+        stores = (self.docstore, self.vector_store, self.index_struct)
+        if self._reader is None or any(map(operator.is_not, self._reader.stores, stores)):
+            self._reader = reader_for(*stores)  # built again if a store was replaced
+        reads = NodeReads(self._reader, [n.node for n in nodes], self._embedder, self._cache)
         hits = reads.chunks([n.node.node_id for n in nodes])
         return QueryDriver(query, hits, self._settings(self.top_n or len(nodes))), reads
 
@@ -287,9 +290,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         selection = driver.result()
         # Unscored ids the store does not hold are dangling links: the passage just ends there.
         self._warn_about(reads, len({c for c in selection.unscored if c in reads.nodes}))
-        given: dict[str, NodeWithScore] = {}
-        for incoming in nodes:
-            given.setdefault(incoming.node.node_id, incoming)
+        given = {n.node.node_id: n for n in reversed(nodes)}  # the first of equal ids wins
         picked = {s.chunk_id: s for s in selection.selected}
         out: list[NodeWithScore] = []
         for number, passage in enumerate(selection.passages):
@@ -314,29 +315,29 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         return out
 
     def _warn_about(self, reads: NodeReads, unscored: int) -> None:
-        store = type(reads.store).__name__
-        if reads.fell_back and _first_warning("embedded", reads.store):
-            fix = (
-                "pass vector_store=index.vector_store (or use SCARNodePostprocessor.from_index)"
+        reader = reads.reader
+        store = reader.vector_store if reader.vector_store is not None else reader.store
+        if reads.fell_back and _first_warning("embedded", store):
+            fix = "use SCARNodePostprocessor.from_index(index)" + (
+                " (or pass vector_store=index.vector_store)"
                 if self.vector_store is None
-                else "use a vector store whose get_nodes returns embeddings (e.g. PGVectorStore, "
-                "QdrantVectorStore) or the default SimpleVectorStore"
+                else " on a store SCAR reads vectors from (Simple, FAISS, Chroma, Qdrant, PGVector, "
+                "or one whose get_nodes returns embeddings)"
             )
             warnings.warn(
-                f"{store} gave no stored embeddings for some nodes, so SCAR embedded their text "
-                f"with {self._embedder().model_name!r} (each text once, then cached; counted in "
-                f"metadata['scar_embedded']). To read stored vectors instead, {fix}.",
+                f"{type(store).__name__} gave no stored embeddings for some nodes, so SCAR "
+                f"embedded their text with {self._embedder().model_name!r} (each text once, then "
+                f"cached; counted in metadata['scar_embedded']). To read stored vectors instead, "
+                f"{fix}.",
                 stacklevel=4,
             )
-        if reads.async_error is not None:
-            self._async_reads = False
-            if _first_warning("async", reads.store):
-                warnings.warn(
-                    f"{store}.aget_nodes failed ({type(reads.async_error).__name__}: "
-                    f"{reads.async_error}), so SCAR reads it with get_nodes in a worker thread. "
-                    "Give the store a working async client to use its async path.",
-                    stacklevel=4,
-                )
+        if reader.async_error is not None and _first_warning("async", reader.store):
+            warnings.warn(
+                f"{type(reader.store).__name__}.aget_nodes failed ({type(reader.async_error).__name__}"
+                f": {reader.async_error}), so SCAR reads it with get_nodes in a worker thread. "
+                "Give the store a working async client to use its async path.",
+                stacklevel=4,
+            )
         if unscored and not self._warned_unscored:
             self._warned_unscored = True
             warnings.warn(

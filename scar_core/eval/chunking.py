@@ -54,7 +54,7 @@ class EvalChunk:
 
 
 def recursive_character_splitter(chunk_size: int = 500, chunk_overlap: int = 0) -> Splitter:
-    """Return LangChain's ``RecursiveCharacterTextSplitter`` with start offsets, as a :data:`Splitter`.
+    """Return LangChain's ``RecursiveCharacterTextSplitter`` with offsets, as a :data:`Splitter`.
 
     Raises:
         InvalidSettingsError: If ``chunk_size < 1`` or the overlap is not in ``[0, chunk_size)``.
@@ -66,7 +66,8 @@ def recursive_character_splitter(chunk_size: int = 500, chunk_overlap: int = 0) 
         )
     if not isinstance(chunk_overlap, int) or not 0 <= chunk_overlap < chunk_size:
         raise InvalidSettingsError(
-            f"chunk_overlap={chunk_overlap!r} is not valid; it must be an integer in [0, {chunk_size})."
+            f"chunk_overlap={chunk_overlap!r} is not valid; it must be an integer in "
+            f"[0, {chunk_size})."
         )
     try:
         from langchain_text_splitters import RecursiveCharacterTextSplitter
@@ -159,8 +160,8 @@ def chunk_corpus(
         ):
             if start < 0 or text[start : start + len(piece)] != piece:
                 raise DataFormatError(
-                    f"the splitter gave chunk {link.position} of {document_id!r} the offset {start}, "
-                    "but its text is not found there in the document."
+                    f"the splitter gave chunk {link.position} of {document_id!r} the offset "
+                    f"{start}, but its text is not found there in the document."
                 )
             where = (link.chunk_id, document_id, link.position, start)
             chunks.append(EvalChunk(*where, piece, link.previous_id, link.next_id))

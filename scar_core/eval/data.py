@@ -141,9 +141,9 @@ def _parse_query(
         answer = snippet.get("answer")
         _check(
             answer is None or answer == document[start:end],
-            f"{where}: the answer starts {str(answer)[:40]!r} but the text at span [{start}, {end}] "
-            f"starts {document[start : start + 40]!r}. Spans count characters (not bytes) of the "
-            "text read with universal newlines.",
+            f"{where}: the answer starts {str(answer)[:40]!r} but the text at span "
+            f"[{start}, {end}] starts {document[start : start + 40]!r}. Spans count characters "
+            "(not bytes) of the text read with universal newlines.",
         )
         spans.append(EvidenceSpan(document_id, start, end))
     return EvalQuery(index=index, text=str(text), spans=tuple(spans))

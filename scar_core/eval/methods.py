@@ -22,7 +22,7 @@ Names (``B``, ``W``, ``S``, ``N`` integers; ``G``, ``L``, ``A`` numbers; ``k`` i
 ``default``                 the shipped default at ``k``: ``BudgetSettings(k=k)``
 ``parent``, ``parentN``     each of the ``k`` best chunks with its parent block (2,000 or ``N``
                             characters of consecutive chunks)
-``topk_matched``            per query, the ``k'`` best chunks, ``k'`` = the chunks ``scar1`` returned
+``topk_matched``            per query, the ``k'`` best chunks, ``k'`` = chunks ``scar1`` returned
 ``topk_matched_NAME``       the same, matched to method ``NAME``
 =========================  ==================================================================
 
@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 #: Characters a parent block may span when ``parent`` gives no size (four 500-character chunks).
-DEFAULT_PARENT_SIZE = 2000
+DEFAULT_PARENT_SIZE = PARENT = 2000
 #: A bonus no hit can beat (cosines are at most 1, ``S`` at least ``-1 - 2λ``).
 _ALWAYS = 10.0
 
@@ -120,7 +120,10 @@ def top(depth: int) -> Method:
 def static(
     window: int, k: int, cut: Callable[[QueryContext], Sequence[Chunk]] | None = None
 ) -> Method:
-    """The ``k`` best chunks plus every chunk up to ``window`` steps away, over links ``cut`` keeps."""
+    """The ``k`` best chunks and every chunk up to ``window`` steps away.
+
+    Links follow ``cut(context)`` (chunks by row with some links removed) when it is given.
+    """
     settings = BudgetSettings(k=k * (2 * window + 1), keep=k, continuity_bonus=_ALWAYS,
                               lambda_=0.0, window=window)  # fmt: skip
     memo: list[tuple[Sequence[Chunk], Sequence[Chunk]]] = []
@@ -178,8 +181,7 @@ class MethodRegistry:
     Example:
         >>> registry = MethodRegistry()
         >>> registry.register(r"top(\d+)", lambda m, k: top(int(m[1])), "top10", "B best chunks")
-        >>> "top7" in registry
-        True
+        >>> method = registry.create("top7", k=5)
     """
 
     def __init__(self) -> None:
@@ -192,9 +194,6 @@ class MethodRegistry:
         """
         self._entries.insert(0, (re.compile(pattern), factory, example, description))
 
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and any(e[0].fullmatch(name) for e in self._entries)
-
     def create(self, name: str, k: int) -> Method:
         """Build the method called ``name`` for a run at ``--k`` = ``k``.
 
@@ -206,10 +205,6 @@ class MethodRegistry:
                 return factory(match, k)
         examples = ", ".join(e[2] for e in reversed(self._entries))
         raise InvalidSettingsError(f"method {name!r} is not known; use names like: {examples}.")
-
-    def describe(self) -> list[tuple[str, str]]:
-        """``(example name, description)`` of every registration, oldest first."""
-        return [(e[2], e[3]) for e in reversed(self._entries)]
 
 
 _NUMBER = r"(\d+(?:\.\d+)?)"
@@ -243,12 +238,12 @@ def _builtins(registry: MethodRegistry) -> None:
         "exactly SCARRetriever(k=B); _aA bonus, _sS kept hits, _wW window")  # fmt: skip
     add(r"default", lambda m, k: scar(BudgetSettings(k=k)), "default",
         "the shipped default at --k: budget mode, BudgetSettings(k=k)")  # fmt: skip
-    add(r"parent(\d+)?", lambda m, k: static(1 << 20, k, parent_links(int(m[1] or DEFAULT_PARENT_SIZE))),
-        "parent2000", "each of the k best chunks with its parent block of N characters")  # fmt: skip
+    add(r"parent(\d+)?", lambda m, k: static(1 << 20, k, parent_links(int(m[1] or PARENT))),
+        "parent2000", "each of the k best chunks with its parent block of N chars")  # fmt: skip
     add(r"topk_matched", lambda m, k: matched(registry.create("scar1", k)), "topk_matched",
         "per query, top-k' with k' = the chunks scar1 returned")  # fmt: skip
-    add(r"topk_matched_(.+)", lambda m, k: matched(registry.create(m[1], k)), "topk_matched_default",
-        "per query, top-k' with k' = the chunks method NAME returned")  # fmt: skip
+    add(r"topk_matched_(.+)", lambda m, k: matched(registry.create(m[1], k)),
+        "topk_matched_default", "per query, top-k' with k' = the chunks NAME returned")  # fmt: skip
 
 
 #: The registry ``scar eval`` uses.

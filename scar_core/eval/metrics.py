@@ -21,9 +21,15 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from scar_core.eval.chunking import ChunkedCorpus
+from scar_core.eval.embedding import token_counter
+from scar_core.passages import stitch
+from scar_core.selection import Selection
+
 __all__ = [
     "Interval",
     "MethodSummary",
+    "PassageTokens",
     "QueryScores",
     "chunk_recall",
     "evidence_character_recall",
@@ -36,7 +42,7 @@ Interval = tuple[str, int, int]
 
 
 def merge_intervals(intervals: Iterable[Interval]) -> list[Interval]:
-    """Return the union of ranges as sorted, disjoint ranges; touching ranges merge, empty ones go."""
+    """Return the union of ranges, sorted and disjoint; touching ranges merge, empty ones go."""
     merged: list[Interval] = []
     for document, start, end in sorted(i for i in intervals if i[2] > i[1]):
         if merged and merged[-1][0] == document and start <= merged[-1][2]:
@@ -71,6 +77,29 @@ def chunk_recall(selected: Collection[str], gold: Collection[str]) -> float:
     """Share of the gold chunks that were selected; 0 when there is no gold chunk."""
     wanted = set(gold)
     return len(wanted.intersection(selected)) / len(wanted) if wanted else 0.0
+
+
+class PassageTokens:
+    """Count the cl100k_base tokens of a selection's passages, each distinct passage once.
+
+    A passage's text is its chunks stitched with :func:`scar_core.passages.stitch` (start offsets
+    known, so an overlap is kept once and a gap becomes a line break).
+
+    Args:
+        corpus: The chunked corpus the selections name chunks of.
+    """
+
+    def __init__(self, corpus: ChunkedCorpus) -> None:
+        self.corpus, self.count, self.memo = corpus, token_counter(), dict[tuple[str, ...], int]()
+
+    def __call__(self, selection: Selection) -> int:
+        """Return the tokens of the selection's passages, summed."""
+        for passage in selection.passages:
+            if passage not in self.memo:
+                chunks = [self.corpus.chunks[self.corpus.row_of[c]] for c in passage]
+                text = stitch([c.text for c in chunks], [c.start for c in chunks])
+                self.memo[passage] = self.count(text)
+        return sum(self.memo[passage] for passage in selection.passages)
 
 
 @dataclass(frozen=True)

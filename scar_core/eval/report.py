@@ -1,4 +1,4 @@
-"""Write an evaluation's outputs: ``results.json``, ``report.md``, ``per_query.jsonl``, ``pareto.png``."""
+"""Write an evaluation's files: results.json, report.md, per_query.jsonl and pareto.png."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
         "",
         f"- {bench['evaluated_queries']} queries evaluated ({len(bench['excluded_queries'])} "
         f"excluded), {bench['documents']} documents, {bench['chunks']} chunks",
-        f"- embedder `{config['embedder']}`, scope `{config['scope']}`, k = {config['k']}, chunks of "
+        f"- embedder `{config['embedder']}`, scope `{config['scope']}`, k = {config['k']}, "
+        "chunks of "
         f"{config['chunk_size']} characters with {config['chunk_overlap']} overlap",
         "- recall: share of gold chunks returned; char recall: share of evidence characters inside "
         "the returned chunks; chunks: unique chunks; efficiency: recall / chunks; tokens: "
@@ -55,7 +56,8 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
         for name, s in data["methods"].items():
             lines.append(
                 f"| {name} | {_number(s['recall'])} | {_number(s['char_recall'])} | "
-                f"{_number(s['chunks'], 2)} | {_number(s['efficiency'])} | {_number(s['tokens'], 0)} |"
+                f"{_number(s['chunks'], 2)} | {_number(s['efficiency'])} | "
+                f"{_number(s['tokens'], 0)} |"
             )
         lines.append("")
     boot = payload.get("bootstrap")
@@ -77,8 +79,8 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
             for name, m in table.items():
                 recall, chunks = m["recall"], m["chunks"]
                 lines.append(
-                    f"| {name} | {_interval(recall, 3)} | {_p(recall)} | {_number(recall['cohens_d'], 2)} "
-                    f"| {_interval(chunks, 2)} | {_p(chunks)} |"
+                    f"| {name} | {_interval(recall, 3)} | {_p(recall)} | "
+                    f"{_number(recall['cohens_d'], 2)} | {_interval(chunks, 2)} | {_p(chunks)} |"
                 )
             lines.append("")
     if payload.get("sweep"):
@@ -89,9 +91,9 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
             "",
         ]
         for label, points in payload["sweep"].items():
+            fragmented = ((n, p["fragmented"]) for n, p in points.items())
             cells = (
-                f"{n} {_number(p['fragmented']['recall'])} @ {_number(p['fragmented']['chunks'], 2)}"
-                for n, p in points.items()
+                f"{n} {_number(p['recall'])} @ {_number(p['chunks'], 2)}" for n, p in fragmented
             )
             lines.append(f"- {label}: {', '.join(cells)}")
         lines.append("")

@@ -22,7 +22,6 @@ Protocol (defaults of :class:`EvalConfig`):
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -34,11 +33,12 @@ from scar_core.embedders import Embedder
 from scar_core.errors import InvalidSettingsError
 from scar_core.eval.chunking import ChunkedCorpus, Splitter, chunk_corpus
 from scar_core.eval.data import Benchmark, EvalQuery
-from scar_core.eval.embedding import embed_texts, progress, token_counter
+from scar_core.eval.embedding import embed_texts, progress
 from scar_core.eval.methods import REGISTRY, Method, MethodRegistry, QueryContext
 from scar_core.eval.metrics import (
     Interval,
     MethodSummary,
+    PassageTokens,
     QueryScores,
     chunk_recall,
     evidence_character_recall,
@@ -46,7 +46,6 @@ from scar_core.eval.metrics import (
     summarize,
 )
 from scar_core.eval.stats import DEFAULT_RESAMPLES, paired_bootstrap_many
-from scar_core.passages import stitch
 from scar_core.selection import Chunk, Selection
 
 if TYPE_CHECKING:
@@ -116,7 +115,8 @@ class EvalConfig:
             raise InvalidSettingsError(f"methods={self.methods!r} must name each method once.")
         if self.reference is not None and self.reference not in self.methods:
             raise InvalidSettingsError(
-                f"reference={self.reference!r} is not among the methods {list(self.methods)}; add it."
+                f"reference={self.reference!r} is not among the methods {list(self.methods)}; "
+                "add it to the methods."
             )
 
 
@@ -158,11 +158,8 @@ class PreparedBenchmark:
 
     def group_mask(self, group: str) -> npt.NDArray[np.bool_]:
         """The queries of ``group``: ``"fragmented"``, ``"atomic"`` or ``"all"``."""
-        masks = {
-            "fragmented": self.fragmented,
-            "atomic": ~self.fragmented,
-            "all": np.ones_like(self.fragmented),
-        }
+        every = np.ones_like(self.fragmented)
+        masks = {"fragmented": self.fragmented, "atomic": ~self.fragmented, "all": every}
         if group not in masks:
             raise InvalidSettingsError(f"group {group!r} is not known; use one of {GROUPS}.")
         return masks[group]
@@ -227,21 +224,6 @@ def prepare_benchmark(
     )  # fmt: skip
 
 
-class _Tokens:
-    """cl100k_base tokens of a selection's stitched passages, each distinct passage counted once."""
-
-    def __init__(self, corpus: ChunkedCorpus) -> None:
-        self.corpus, self.count, self.memo = corpus, token_counter(), dict[tuple[str, ...], int]()
-
-    def __call__(self, selection: Selection) -> int:
-        for passage in selection.passages:
-            if passage not in self.memo:
-                chunks = [self.corpus.chunks[self.corpus.row_of[c]] for c in passage]
-                text = stitch([c.text for c in chunks], [c.start for c in chunks])
-                self.memo[passage] = self.count(text)
-        return sum(self.memo[passage] for passage in selection.passages)
-
-
 #: One method's run: a selection per evaluated query, and its per-query scores.
 Run = tuple[list[Selection], QueryScores]
 
@@ -259,7 +241,7 @@ def run_methods(
     Returns:
         ``name -> (one selection per query, per-query scores)``.
     """
-    tokens = _Tokens(prepared.corpus) if count_tokens else None
+    tokens = PassageTokens(prepared.corpus) if count_tokens else None
     contexts = [prepared.context(p, k) for p in range(len(prepared.queries))]
     corpus, n = prepared.corpus, len(contexts)
     runs: dict[str, Run] = {}
@@ -321,17 +303,18 @@ class EvalResults:
 
     def per_query_rows(self) -> list[dict[str, Any]]:
         """One JSON-ready row per evaluated query, with every method's scores on it."""
-        prepared, rows = self.prepared, []
+        prepared, rows = self.prepared, list[dict[str, Any]]()
         for i, query in enumerate(prepared.queries):
             methods = {
-                name: {"recall": s.recall[i], "char_recall": s.char_recall[i], "chunks": int(s.chunks[i]),
+                name: {"recall": float(s.recall[i]), "char_recall": float(s.char_recall[i]),
+                       "chunks": int(s.chunks[i]),
                        "tokens": None if s.tokens is None else int(s.tokens[i])}
                 for name, (_, s) in self.runs.items()
             }  # fmt: skip
             group = "fragmented" if prepared.fragmented[i] else "atomic"
             rows.append({"index": query.index, "query": query.text, "group": group,
                          "gold_chunks": len(prepared.gold[i]), "methods": methods})  # fmt: skip
-        return json.loads(json.dumps(rows, default=float))  # type: ignore[no-any-return]
+        return rows
 
     def to_dict(self) -> dict[str, Any]:
         """The results as the JSON document ``scar eval`` writes (NaN means become ``null``)."""
@@ -349,8 +332,9 @@ class EvalResults:
             "evaluated_queries": len(prepared.queries),
             "excluded_queries": {str(i): why for i, why in prepared.excluded.items()},
         }
-        return {"config": self.config, "benchmark": benchmark, "groups": groups, "bootstrap": self.bootstrap,
-                "sweep": self.sweep, "timings_seconds": self.timings}  # fmt: skip
+        return {"config": self.config, "benchmark": benchmark, "groups": groups,
+                "bootstrap": self.bootstrap, "sweep": self.sweep,
+                "timings_seconds": self.timings}  # fmt: skip
 
 
 def _bootstrap(
@@ -370,13 +354,15 @@ def _bootstrap(
             if getattr(reference, metric) is None:
                 continue
             compared = paired_bootstrap_many(
-                getattr(reference, metric)[mask], {n: getattr(runs[n][1], metric)[mask] for n in others},
+                getattr(reference, metric)[mask],
+                {n: getattr(runs[n][1], metric)[mask] for n in others},
                 n_resamples=config.n_resamples, seed=config.seed,
             )  # fmt: skip
             for name, comparison in compared.items():
                 table[name][metric] = comparison.as_dict()
         groups[group] = table
-    return {"reference": config.compared_with, "n_resamples": config.n_resamples, "seed": config.seed,
+    return {"reference": config.compared_with, "n_resamples": config.n_resamples,
+            "seed": config.seed,
             "groups": groups}  # fmt: skip
 
 
@@ -410,7 +396,8 @@ def run_evaluation(
     clock = [time.perf_counter()]
     prepared = prepare_benchmark(
         benchmark, embedder, scope=config.scope, chunk_size=config.chunk_size,
-        chunk_overlap=config.chunk_overlap, splitter=splitter, cache=cache, show_progress=show_progress,
+        chunk_overlap=config.chunk_overlap, splitter=splitter, cache=cache,
+        show_progress=show_progress,
     )  # fmt: skip
     clock.append(time.perf_counter())
     runs = run_methods(prepared, methods, config.k, show_progress=show_progress)

@@ -53,7 +53,7 @@ class PairedComparison:
 def _bootstrap_means(
     rows: npt.NDArray[np.float64], resamples: int, seed: int
 ) -> npt.NDArray[np.float64]:
-    """``(m, B)`` bootstrap means of the ``m`` rows, resample ``b`` using the same queries for all."""
+    """``(m, B)`` bootstrap means of ``m`` rows; resample ``b`` draws the same queries for all."""
     n = rows.shape[1]
     rng = np.random.default_rng(seed)
     per_block = max(1, _BLOCK // n)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -73,7 +74,8 @@ def test_the_demo_is_an_eval_run_with_the_four_methods(tmp_path: Path) -> None:
 def test_with_minilm_the_default_gains_on_top_k_at_the_same_k(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["demo", "--no-progress"]) == 0
+    cache = os.environ["SCAR_CACHE_DIR"]  # set by tests/conftest.py: vectors kept between runs
+    assert main(["demo", "--no-progress", "--cache-dir", cache]) == 0
     output = capsys.readouterr().out.splitlines()
     assert len(output) < 80
     tally = next(line for line in output if line.startswith("default against"))

@@ -16,7 +16,7 @@ BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "bench"
 
 
 class HashEmbedder:
-    """Bag of hashed words: texts sharing words get close vectors; the same text, the same vector."""
+    """Bag of hashed words: texts sharing words get close vectors; equal texts, equal vectors."""
 
     model_name = "test-hash-embedder"
 

@@ -22,7 +22,8 @@ def test_help_documents_formats_methods_and_the_budget_promise() -> None:
     )  # fmt: skip
     text = " ".join(completed.stdout.split())
     for fragment in ('"file_path"', '"doc_id"', "corpus.jsonl", "--cache-dir", "topk_matched_NAME",
-                     "EXACTLY what SCARRetriever(vectorstore=vs, k=B) returns", "scarW_gG_lL"):  # fmt: skip
+                     "EXACTLY what SCARRetriever(vectorstore=vs, k=B) returns",
+                     "scarW_gG_lL"):  # fmt: skip
         assert fragment in text
 
 
@@ -45,7 +46,8 @@ def test_eval_end_to_end_writes_every_output(
     out = tmp_path / "out"
     arguments = ["eval", str(benchmark), "--corpus", str(corpus), "--chunk-size", "60", "--k", "2",
                  "--methods", "topk,default,budget3,static1,scar1,parent,topk_matched_scar1",
-                 "--bootstrap", "200", "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]  # fmt: skip
+                 "--bootstrap", "200", "--cache-dir", str(tmp_path / "cache"),
+                 "--out", str(out)]  # fmt: skip
     assert main([*arguments, *FAKE]) == 0
     printed = capsys.readouterr().out
     assert "fragmented (n = " in printed

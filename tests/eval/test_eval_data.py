@@ -13,6 +13,8 @@ from scar_core.errors import DataFormatError
 from scar_core.eval import load_benchmark
 from scar_core.eval.data import read_jsonl_benchmark, read_legalbench
 
+DOC = "retention policy.txt"
+
 
 def test_legalbench_reads_queries_spans_and_only_named_documents(tmp_path: Path) -> None:
     benchmark_path, corpus = write_legalbench(tmp_path)
@@ -41,7 +43,8 @@ def test_universal_newlines_and_character_offsets(tmp_path: Path) -> None:
     (tmp_path / "c" / "naïve doc.txt").write_bytes("é line one\r\nsecond\r\n".encode())
     text = "é line one\nsecond\n"
     start = text.index("second")
-    tests = [{"query": "q", "snippets": [{"file_path": "naïve doc.txt", "span": [start, start + 6], "answer": "second"}]}]  # fmt: skip
+    snippet = {"file_path": "naïve doc.txt", "span": [start, start + 6], "answer": "second"}
+    tests = [{"query": "q", "snippets": [snippet]}]
     (tmp_path / "b.json").write_text(json.dumps({"tests": tests}))
     assert read_legalbench(tmp_path / "b.json", tmp_path / "c").queries[0].spans[0].start == 11
 
@@ -55,15 +58,15 @@ def _one_query(tmp_path: Path, snippet: dict[str, object], query: object = "q") 
 @pytest.mark.parametrize(
     ("snippet", "query", "message"),
     [
-        ({"file_path": "retention policy.txt", "span": [5, 2]}, "q", "span [5, 2] is out of range"),
-        ({"file_path": "retention policy.txt", "span": [0, 99999]}, "q", f"<= {len(DOCUMENTS['retention policy.txt'])} "),
-        ({"file_path": "retention policy.txt", "span": [0, "3"]}, "q", "two integers"),
-        ({"file_path": "retention policy.txt", "span": [0, 3], "answer": "xyz"}, "q", "the answer starts 'xyz'"),
+        ({"file_path": DOC, "span": [5, 2]}, "q", "span [5, 2] is out of range"),
+        ({"file_path": DOC, "span": [0, 99999]}, "q", f"<= {len(DOCUMENTS[DOC])} "),
+        ({"file_path": DOC, "span": [0, "3"]}, "q", "two integers"),
+        ({"file_path": DOC, "span": [0, 3], "answer": "xyz"}, "q", "the answer starts 'xyz'"),
         ({"file_path": "missing.txt", "span": [0, 3]}, "q", "no such file"),
         ({"span": [0, 3]}, "q", "names no document"),
-        ({"file_path": "retention policy.txt", "span": [0, 3]}, "  ", "'query' must be a non-empty string"),
+        ({"file_path": DOC, "span": [0, 3]}, "  ", "'query' must be a non-empty string"),
     ],
-)  # fmt: skip
+)
 def test_malformed_queries_are_refused_with_the_value_named(
     tmp_path: Path, snippet: dict[str, object], query: object, message: str
 ) -> None:

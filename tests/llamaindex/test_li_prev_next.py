@@ -79,7 +79,7 @@ def test_paper_mode_expands_every_seed_by_the_papers_rule() -> None:
 
 def test_a_preceding_neighbour_comes_before_its_hit() -> None:
     nodes = linked_nodes("d", [angle(d) for d in (80, 15, 5, 85)])
-    postprocessor = SCARNodePostprocessor(docstore=docstore_of(nodes))
+    postprocessor = SCARNodePostprocessor(docstore=docstore_of(nodes), keep=1)
     output = postprocessor.postprocess_nodes(scored([nodes[2], nodes[0]], [0.8, 0.2]), QUERY)
     assert ids_and_scores(output) == [("d1", pytest.approx(cos(15))), ("d2", 0.8)]
 
