@@ -53,7 +53,7 @@ COMMAND = "python benchmarks/store_matrix.py"
 #: Where each LangChain reader takes the vectors from (checked: 0 chunks embedded per query).
 VECTORS_FROM = {
     "InMemoryVectorStore": "its `store` dict",
-    "FAISS": "`index.reconstruct` (rows from `index_to_docstore_id`)",
+    "FAISS": "`index.reconstruct_batch` (rows from `index_to_docstore_id`)",
     "PGVectorStore": '`get(ids, include=["embeddings", ...])`',
     "Chroma": '`get(ids, include=["embeddings", ...])`',
     "QdrantVectorStore": "`client.retrieve(ids, with_vectors=True)`",

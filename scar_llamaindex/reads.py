@@ -111,8 +111,8 @@ class _FaissReader(StoreReader):
         # Without the index's map (not built with from_index), the rows are unknown.
         mapping = self.index_struct.nodes_dict if self.index_struct is not None else {}
         if self._rows[:2] != (id(mapping), len(mapping)):  # nodes were added or deleted
-            rows = {n: int(r) for r, n in mapping.items() if r.isdigit()}
-            self._rows = (id(mapping), len(mapping), rows)
+            row_of = {n: int(r) for r, n in mapping.items() if r.isdigit()}
+            self._rows = (id(mapping), len(mapping), row_of)
         found = super().vectors(nodes)
         ids = [n.node_id for n in nodes if n.node_id in self._rows[2] and n.node_id not in found]
         rows = np.asarray([self._rows[2][i] for i in ids], dtype=np.int64)
