@@ -41,6 +41,9 @@ Methods (k is --k; B, W, S, N integers; G, L, A numbers):
   parent, parentN    each of the k best chunks with its parent block (2000 or N characters)
   topk_matched       per query, top-k' with k' = the chunks scar1 returned
   topk_matched_NAME  the same, matched to method NAME, e.g. topk_matched_scar2
+  rseB_PRESET_pP_dD  dsRAG's segment extraction at B chunks (extra compare), e.g. rse10_precision
+  prevnextB          LlamaIndex's PrevNextNodePostprocessor(mode="both") on ceil(B/3) hits, cut to B
+--budgets adds recall against B (3,5,7,10,12,15 by default) to the report and OUT/budgets.png.
 
 --model: omitted = the bundled all-MiniLM-L6-v2 (offline); st:NAME or NAME = a
 sentence-transformers model or folder; openai:NAME (needs OPENAI_API_KEY);
@@ -57,6 +60,7 @@ one line per question, then the means. --verbose shows each question's chunks an
 
 
 def _add_eval(subparsers: Any) -> None:
+    from scar_core.eval.budgets import BUDGET_METHODS, BUDGETS
     from scar_core.eval.runner import DEFAULT_METHODS
 
     parser = subparsers.add_parser(
@@ -79,6 +83,15 @@ def _add_eval(subparsers: Any) -> None:
     add("--no-sweep", action="store_true", help="skip the recall-against-chunks sweep and plot")
     add("--no-plot", action="store_true", help="do not draw pareto.png")
     add("--out", default="scar-eval", help="output folder (default ./scar-eval)")
+    add("--budgets", nargs="?", const=BUDGETS, type=lambda s: tuple(map(int, s.split(","))),
+        help="sweep recall against the budget at these B (default 3,5,7,10,12,15)")  # fmt: skip
+    add("--budget-methods", help=f"templates for --budgets (default {','.join(BUDGET_METHODS)})")
+    add("--answers", metavar="MODEL", help="also answer each query with this chat model, "
+        "openai:NAME, and grade the answers (docs/answers.md)")  # fmt: skip
+    add("--base-url", help="OpenAI-compatible server for --answers (vLLM, llama.cpp, Ollama)")
+    add("--answers-limit", type=int, metavar="N", help="answer only the first N queries")
+    add("--answers-methods", metavar="NAMES",
+        help="comma-separated (default topB with B = --k, static1, default)")  # fmt: skip
     _add_common(parser, _run_eval)
 
 
@@ -132,6 +145,9 @@ def _run_eval(args: argparse.Namespace) -> int:
     from scar_core.demo import load_sample
     from scar_core.errors import DataFormatError
     from scar_core.eval import DEFAULT_METHODS, EvalConfig, embedder_for, load_benchmark
+    from scar_core.eval.answers import answering_from_args
+    from scar_core.eval.budgets import BUDGET_METHODS, budget_methods, budget_sweep
+    from scar_core.eval.methods import REGISTRY
     from scar_core.eval.report import write_outputs
     from scar_core.eval.runner import run_evaluation
 
@@ -141,6 +157,8 @@ def _run_eval(args: argparse.Namespace) -> int:
         methods=tuple(names) or DEFAULT_METHODS, reference=args.reference,
         n_resamples=args.bootstrap, seed=args.seed, sweep=not args.no_sweep,
     )  # fmt: skip
+    templates = [m.strip() for m in (args.budget_methods or "").split(",") if m.strip()]
+    budgeted = args.budgets and budget_methods(args.budgets, templates or BUDGET_METHODS, REGISTRY)
     if args.benchmark is None and args.corpus is not None:
         raise DataFormatError("--corpus was given without a BENCHMARK file.")
     if args.benchmark is not None and args.corpus is None:
@@ -149,11 +167,14 @@ def _run_eval(args: argparse.Namespace) -> int:
         load_sample() if args.benchmark is None
         else load_benchmark(args.benchmark, args.corpus, data_format=args.data_format)
     )  # fmt: skip
-    embedder, progress = embedder_for(args.model), not args.no_progress
-    results = run_evaluation(
-        benchmark, embedder, config, cache=_cache(args), show_progress=progress
-    )
+    embedder, progress, cache = embedder_for(args.model), not args.no_progress, _cache(args)
+    answering = answering_from_args(args, cache.directory if cache else None)
+    results = run_evaluation(benchmark, embedder, config, cache=cache, show_progress=progress)
     results.config.update(benchmark_path=args.benchmark, corpus_path=args.corpus, model=args.model)
+    if answering is not None:
+        answering.run(results, print, show_progress=progress)
+    if budgeted:
+        results.budgets = budget_sweep(results.prepared, budgeted)
     written = write_outputs(results, args.out, plot=not args.no_plot)
     for group in ("fragmented", "all"):
         print(f"\n{group} (n = {int(results.prepared.group_mask(group).sum())})")

@@ -24,6 +24,8 @@ Names (``B``, ``W``, ``S``, ``N`` integers; ``G``, ``L``, ``A`` numbers; ``k`` i
                             characters of consecutive chunks)
 ``topk_matched``            per query, the ``k'`` best chunks, ``k'`` = chunks ``scar1`` returned
 ``topk_matched_NAME``       the same, matched to method ``NAME``
+``rseB_PRESET_pP_dD``       dsRAG's segment extraction at ``B`` chunks (:func:`rse`)
+``prevnextB``               LlamaIndex's prev/next window over ``⌈B/3⌉`` hits (:func:`prev_next`)
 =========================  ==================================================================
 
 Add your own with :func:`register_method`.
@@ -31,6 +33,7 @@ Add your own with :func:`register_method`.
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.errors import InvalidSettingsError
+from scar_core.errors import InvalidSettingsError, missing_dependency
 from scar_core.eval.chunking import ChunkedCorpus
 from scar_core.selection import Chunk, Selection, select
 from scar_core.settings import (
@@ -171,6 +174,70 @@ def matched(reference: Method) -> Method:
     return lambda context: top(max(1, len(reference(context).chunk_ids)))(context)
 
 
+def prev_next(budget: int) -> Method:
+    """LlamaIndex's ``PrevNextNodePostprocessor(num_nodes=1, mode="both")`` on ``⌈budget/3⌉`` hits.
+
+    The static window ±1, cut to its first ``budget`` chunks in the postprocessor's order (each
+    hit, its next, its previous, each put beside a chunk it links to); fewer if windows overlap.
+    """
+    seeds = -(-budget // 3)
+    window = static(1, seeds)
+
+    def run(context: QueryContext) -> Selection:
+        full, order = window(context), list[str]()
+        step = lambda c, d: context.nodes[context.corpus.row_of[c]].step(d)  # noqa: E731
+        for chunk in (
+            c for s in context.head(seeds) for c in (s, step(s, "next"), step(s, "previous"))
+        ):
+            if chunk is not None and chunk not in order:
+                order.insert(next((i + (d == "next") for i, o in enumerate(order)
+                                   for d in ("previous", "next") if step(o, d) == chunk), len(order)), chunk)  # fmt: skip
+        kept = set(order[:budget])
+        runs = (tuple(c for c in passage if c in kept) for passage in full.passages)
+        picked = tuple(s for s in full.selected if s.chunk_id in kept)
+        return Selection(picked, tuple(r for r in runs if r), full.decisions, full.unscored)
+
+    return run
+
+
+def rse(budget: int, preset: str = "balanced", depth: int = 200, **params: float) -> Method:
+    """Relevant Segment Extraction by dsRAG's own functions (extra ``compare``) at ``budget``.
+
+    The ``depth`` best chunks (dsRAG searches 200), cosine as ``similarity``, go through
+    ``get_meta_document``, ``get_relevance_values`` and ``get_best_segments`` (overall length
+    ``budget``) with dsRAG's ``preset`` updated by ``params`` (``irrelevant_chunk_penalty`` P,
+    ``decay_rate`` D, ``minimum_value`` M, in names ``rseB_PRESET_pP_dD_mM_hH`` with ``H`` the
+    depth); the best other chunks fill what the segments leave.
+
+    Raises:
+        MissingDependencyError: If dsRAG is not installed (extra ``compare``).
+    """
+    try:
+        dsrag = importlib.import_module("dsrag.rse")
+    except ImportError as exc:
+        raise missing_dependency("dsrag", "compare") from exc
+    p, _ = dsrag.RSE_PARAMS_PRESETS[preset] | params, BudgetSettings(k=budget)  # checks budget
+
+    def run(context: QueryContext) -> Selection:
+        chunks, rows = context.corpus.chunks, context.ranked[:depth].tolist()
+        cosines = np.array([context.nodes[r].vector for r in rows]) @ context.vector
+        results = [{"similarity": float(c), "metadata": {"doc_id": chunks[r].document_id,
+                    "chunk_index": chunks[r].position, "chunk_text": chunks[r].text}}
+                   for r, c in zip(rows, cosines, strict=True)]  # fmt: skip
+        splits, starts, docs = dsrag.get_meta_document([results], p["top_k_for_document_selection"])
+        values = dsrag.get_relevance_values([results], splits[-1], starts, docs,
+            p["irrelevant_chunk_penalty"], p["decay_rate"], p["chunk_length_adjustment"])  # fmt: skip
+        segments, _ = dsrag.get_best_segments(values, splits, p["max_length"], budget,
+                                              p["minimum_value"])  # fmt: skip
+        meta = [context.corpus.rows_of_document[d][0] + m - starts[d]  # meta-document -> row
+                for d, end in zip(docs, splits, strict=True) for m in range(starts[d], end)]  # fmt: skip
+        ids = [context.nodes[meta[m]].id for a, b in segments for m in range(a, b)]
+        ids = list(dict.fromkeys(ids + context.head(2 * budget)))[:budget]
+        return context.select(ids, BudgetSettings(k=len(ids), keep=len(ids), window=1))
+
+    return run
+
+
 #: Builds a method from the match of its name and the run's ``--k``.
 Factory = Callable[[re.Match[str], int], Method]
 
@@ -227,6 +294,12 @@ def _paper(match: re.Match[str], k: int) -> Method:
     return scar(PaperSettings(k=k, window=int(match[1]), gamma=gamma, lambda_=lambda_))
 
 
+def _rse(match: re.Match[str], k: int) -> Method:
+    keys = ("irrelevant_chunk_penalty", "decay_rate", "minimum_value")
+    params = {key: float(v) for key, v in zip(keys, match.group(3, 4, 5), strict=True) if v}
+    return rse(int(match[1]), match[2] or "balanced", int(match[6] or 200), **params)
+
+
 def _builtins(registry: MethodRegistry) -> None:
     add = registry.register
     add(r"topk", lambda m, k: top(k), "topk", "the k best chunks of the scope")
@@ -244,6 +317,9 @@ def _builtins(registry: MethodRegistry) -> None:
         "per query, top-k' with k' = the chunks scar1 returned")  # fmt: skip
     add(r"topk_matched_(.+)", lambda m, k: matched(registry.create(m[1], k)),
         "topk_matched_default", "per query, top-k' with k' = the chunks NAME returned")  # fmt: skip
+    add(rf"rse(\d+)(?:_(balanced|precision|find_all))?(?:_p{_NUMBER})?(?:_d{_NUMBER})?"
+        rf"(?:_m{_NUMBER})?(?:_h(\d+))?", _rse, "rse10_precision", "dsRAG's RSE")  # fmt: skip
+    add(r"prevnext(\d+)", lambda m, k: prev_next(int(m[1])), "prevnext9", "LlamaIndex's ±1")
 
 
 #: The registry ``scar eval`` uses.

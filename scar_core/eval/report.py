@@ -97,6 +97,14 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
             )
             lines.append(f"- {label}: {', '.join(cells)}")
         lines.append("")
+    if payload.get("answers"):
+        from scar_core.eval.answers import render_answers
+
+        lines += render_answers(payload["answers"])
+    if payload.get("budgets"):
+        from scar_core.eval.budgets import render_budgets
+
+        lines += render_budgets(payload["budgets"])
     return "\n".join(lines)
 
 
@@ -166,4 +174,9 @@ def write_outputs(
             handle.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
     if plot and payload.get("sweep"):
         written["plot"] = plot_pareto(payload, out / "pareto.png")
+    if plot and payload.get("budgets"):
+        from scar_core.eval.budgets import plot_budgets
+
+        written["budgets"] = plot_budgets(payload["budgets"], out / "budgets.png",
+                                          payload["benchmark"]["name"])  # fmt: skip
     return written

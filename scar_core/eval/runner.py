@@ -287,6 +287,9 @@ class EvalResults:
         bootstrap: The paired comparisons with the reference, or ``None``.
         sweep: ``label -> method -> group -> means`` of the sweep's curves, or ``None``.
         timings: Seconds per stage.
+        answers: The answers section (:mod:`scar_core.eval.answers`), or ``None``.
+        answer_rows: ``query index -> method -> answer record`` of the answered queries.
+        budgets: Recall against the budget (:func:`scar_core.eval.budgets.budget_sweep`), or ``None``.
     """
 
     config: dict[str, Any]
@@ -295,6 +298,9 @@ class EvalResults:
     bootstrap: dict[str, Any] | None = None
     sweep: dict[str, dict[str, dict[str, dict[str, float | None]]]] | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    answers: dict[str, Any] | None = None
+    answer_rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    budgets: dict[str, Any] | None = None
 
     def summary(self, group: str) -> dict[str, MethodSummary]:
         """``method -> means`` over the queries of ``group``."""
@@ -314,6 +320,8 @@ class EvalResults:
             group = "fragmented" if prepared.fragmented[i] else "atomic"
             rows.append({"index": query.index, "query": query.text, "group": group,
                          "gold_chunks": len(prepared.gold[i]), "methods": methods})  # fmt: skip
+            if query.index in self.answer_rows:
+                rows[-1]["answers"] = self.answer_rows[query.index]
         return rows
 
     def to_dict(self) -> dict[str, Any]:
@@ -334,7 +342,9 @@ class EvalResults:
         }
         return {"config": self.config, "benchmark": benchmark, "groups": groups,
                 "bootstrap": self.bootstrap, "sweep": self.sweep,
-                "timings_seconds": self.timings}  # fmt: skip
+                "timings_seconds": self.timings} | (
+                    {"answers": self.answers} if self.answers else {}) | (
+                    {"budgets": self.budgets} if self.budgets else {})  # fmt: skip
 
 
 def _bootstrap(

@@ -1,0 +1,89 @@
+"""Recall against the budget: each method template (``topB``, ``budgetB``...) at every budget B."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scar_core.errors import InvalidSettingsError, missing_dependency
+from scar_core.eval.methods import Method, MethodRegistry
+from scar_core.eval.metrics import summarize
+
+if TYPE_CHECKING:
+    from scar_core.eval.runner import PreparedBenchmark
+
+__all__ = ["BUDGETS", "BUDGET_METHODS", "budget_methods", "budget_sweep", "plot_budgets",
+           "render_budgets"]  # fmt: skip
+
+#: Budgets of ``scar eval --budgets`` given without a list.
+BUDGETS = (3, 5, 7, 10, 12, 15)
+#: Method templates of the budget sweep: the first ``B`` of each becomes the budget.
+BUDGET_METHODS = ("topB", "budgetB", "rseB", "prevnextB")
+_GROUPS = ("fragmented", "all")
+
+
+def budget_methods(
+    budgets: Sequence[int], templates: Sequence[str], registry: MethodRegistry
+) -> dict[str, dict[int, tuple[str, Method]]]:
+    """Build ``template -> budget -> (name, method)``, the first ``B`` of a template made the budget.
+
+    Raises:
+        InvalidSettingsError: If a budget is below 1, a template has no ``B`` or a name is unknown.
+    """
+    if min(budgets, default=0) < 1 or not all("B" in t for t in templates):
+        raise InvalidSettingsError(f"budgets {list(budgets)} must be integers >= 1 and method "
+                                   f"templates {list(templates)} must hold B, e.g. topB.")  # fmt: skip
+    names = {t: {b: t.replace("B", str(b), 1) for b in budgets} for t in templates}
+    return {t: {b: (n, registry.create(n, b)) for b, n in row.items()} for t, row in names.items()}
+
+
+def budget_sweep(
+    prepared: PreparedBenchmark, methods: Mapping[str, Mapping[int, tuple[str, Method]]]
+) -> dict[str, Any]:
+    """Run :func:`budget_methods`' methods: ``curves: template -> B -> group -> means``."""
+    from scar_core.eval.runner import run_methods
+
+    flat = {name: method for row in methods.values() for name, method in row.values()}
+    runs = run_methods(prepared, flat, 1, count_tokens=False)
+    curves = {t: {str(b): {g: summarize(runs[n][1].subset(prepared.group_mask(g))).as_dict()
+                           for g in _GROUPS} for b, (n, _) in row.items()}
+              for t, row in methods.items()}  # fmt: skip
+    return {"budgets": sorted({b for row in methods.values() for b in row}), "curves": curves}
+
+
+def render_budgets(section: Mapping[str, Any]) -> list[str]:
+    """Markdown tables of the sweep: recall per B and method, with mean chunks when not ``B``."""
+    curves = list(section["curves"])
+    lines = ["## Recall against the budget B", "", "![recall against B](budgets.png)"]
+    for group in _GROUPS:
+        lines += ["", f"{group} queries:", "", f"| B | {' | '.join(curves)} |",
+                  "|---:|" + "---:|" * len(curves)]  # fmt: skip
+        for b in section["budgets"]:
+            cells = (section["curves"][t][str(b)][group] for t in curves)
+            lines.append(f"| {b} | " + " | ".join(f"{c['recall']:.3f}" + (
+                "" if c["chunks"] == b else f" ({c['chunks']:.2f})") for c in cells) + " |")  # fmt: skip
+    return [*lines, ""]
+
+
+def plot_budgets(section: Mapping[str, Any], path: str | Path, title: str = "") -> Path:
+    """Draw recall against B, one line per template, one panel per group (extra ``eval``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise missing_dependency("matplotlib", "eval") from exc
+    figure, axes = plt.subplots(1, len(_GROUPS), figsize=(10.4, 4.4), squeeze=False)
+    for axis, group in zip(axes[0], _GROUPS, strict=True):
+        for template, curve in section["curves"].items():
+            axis.plot(section["budgets"], [curve[str(b)][group]["recall"]
+                      for b in section["budgets"]], marker="o", ms=4, label=template)  # fmt: skip
+        axis.set(title=f"{title} {group} queries", xlabel="budget B (chunks)", ylabel="recall")
+        axis.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return Path(path)
