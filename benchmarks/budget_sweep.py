@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from keep_sweep import SETS  # the dev sets, laid out as in --bench
 
 from scar_core.cache import EmbeddingCache
 from scar_core.eval import (
@@ -38,11 +39,6 @@ from scar_core.eval import (
     run_methods,
 )
 
-SETS = {
-    "privacy_qa": ("legalbench-rag/benchmarks/privacy_qa.json", "legalbench-rag/corpus"),
-    "contractnli": ("legalbench-rag/benchmarks/contractnli.json", "legalbench-rag/corpus"),
-    "paper4_dev": ("paper4/paper4_dev.json", "paper4/corpus"),
-}
 PRESETS = ("balanced", "precision", "find_all")
 PENALTIES = (0.05, 0.1, 0.18, 0.2, 0.3, 0.4)  # dsRAG's get_chunk_value docstring, and presets
 DECAYS = (20, 30, 200)  # get_relevance_values' default, the presets'
