@@ -21,6 +21,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from scar_langchain import link_chunks
+from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain.stores import reader_for
 
 
 @dataclass(frozen=True)
@@ -209,3 +211,23 @@ def comparable(documents: list[Document]) -> list[tuple[Any, ...]]:
 
 def scores(documents: list[Document]) -> list[float]:
     return [float(d.metadata["scar_score"]) for d in documents]
+
+
+def links_in(store: VectorStore) -> dict[str, tuple[Any, Any]]:
+    """Each chunk's (previous id, next id) as the store holds them."""
+    found = reader_for(store).scan()
+    return {
+        i: (d.metadata.get(PREVIOUS_ID_KEY), d.metadata.get(NEXT_ID_KEY))
+        for i, (d, _) in found.items()
+    }
+
+
+def expected_links(corpus: Corpus, id_of: dict[str, str]) -> dict[str, tuple[Any, Any]]:
+    """The links link_chunks writes for the corpus's split, its ids translated to store ids."""
+    store_id = {c.id: id_of[c.page_content] for c in corpus.linked}
+    return {
+        store_id[c.id]: tuple(
+            store_id.get(c.metadata.get(key)) for key in (PREVIOUS_ID_KEY, NEXT_ID_KEY)
+        )
+        for c in link_chunks(corpus.split)
+    }

@@ -20,13 +20,14 @@ from lc_stores import (
     Corpus,
     CountingEmbeddings,
     comparable,
+    expected_links,
+    links_in,
     make_corpus,
     scores,
     store_ids,
 )
 from scar_core.errors import DataFormatError, InvalidSettingsError
 from scar_langchain import SCARRetriever, link_chunks, link_store
-from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
 from scar_langchain.stores import reader_for
 
 EMBEDDED = ["faiss", "chroma", "qdrant"]
@@ -139,27 +140,12 @@ def unlinked_store(
     return store, {d.page_content: str(ids[n]) for n, d in zip(order, documents, strict=True)}
 
 
-def links_in(store: VectorStore) -> dict[str, tuple[Any, Any]]:
-    found = reader_for(store).scan()
-    return {
-        i: (d.metadata.get(PREVIOUS_ID_KEY), d.metadata.get(NEXT_ID_KEY))
-        for i, (d, _) in found.items()
-    }
-
-
 @pytest.mark.parametrize("kind", ["memory", *EMBEDDED])
 def test_link_store_writes_link_chunks_links_over_the_store_ids(kind: str, corpus: Corpus) -> None:
     store, id_of = unlinked_store(kind, corpus)
     report = link_store(store)
     assert (report.documents, report.linked, report.changed, report.skipped) == (6, 48, 48, {})
-    # link_chunks on the same split, its ids translated to the store's ids:
-    store_id = {c.id: id_of[c.page_content] for c in corpus.linked}
-    want = {
-        store_id[c.id]: tuple(
-            store_id.get(c.metadata.get(key)) for key in (PREVIOUS_ID_KEY, NEXT_ID_KEY)
-        )
-        for c in link_chunks(corpus.split)
-    }
+    want = expected_links(corpus, id_of)  # link_chunks on the same split, in store ids
     assert links_in(store) == want
     assert link_store(store).changed == 0
     assert links_in(store) == want

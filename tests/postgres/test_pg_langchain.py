@@ -21,13 +21,14 @@ from lc_stores import (
     Corpus,
     CountingEmbeddings,
     comparable,
+    expected_links,
+    links_in,
     make_corpus,
     pgvector_store,
     scores,
     store_ids,
 )
-from scar_langchain import SCARRetriever, link_chunks, link_store
-from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain import SCARRetriever, link_store
 from scar_langchain.stores import reader_for
 
 pytestmark = pytest.mark.postgres
@@ -121,19 +122,9 @@ def test_pg_link_store_links_like_link_chunks_without_re_embedding(
     id_of = {corpus.split[n].page_content: ids[n] for n in order}
     report = link_store(store)
     assert (report.documents, report.linked, report.changed, report.skipped) == (6, 48, 48, {})
-    store_id = {c.id: id_of[c.page_content] for c in corpus.linked}
-    want = {
-        store_id[c.id]: tuple(
-            store_id.get(c.metadata.get(key)) for key in (PREVIOUS_ID_KEY, NEXT_ID_KEY)
-        )
-        for c in link_chunks(corpus.split)
-    }
-    found = reader_for(store).scan()
-    assert {
-        i: (d.metadata.get(PREVIOUS_ID_KEY), d.metadata.get(NEXT_ID_KEY))
-        for i, (d, _) in found.items()
-    } == want
-    for document, vector in found.values():  # texts and vectors kept, exactly
+    want = expected_links(corpus, id_of)
+    assert links_in(store) == want
+    for document, vector in reader_for(store).scan().values():  # texts and vectors kept, exactly
         assert vector.tolist() == corpus.vectors[document.page_content]
     assert link_store(store).changed == 0
     assert store.embeddings.calls == 0
