@@ -216,7 +216,8 @@ def rse(budget: int, preset: str = "balanced", depth: int = 200, **params: float
         dsrag = importlib.import_module("dsrag.rse")
     except ImportError as exc:
         raise missing_dependency("dsrag", "compare") from exc
-    p, _ = dsrag.RSE_PARAMS_PRESETS[preset] | params, BudgetSettings(k=budget)  # checks budget
+    BudgetSettings(k=budget)  # refuses a budget that is not an integer >= 1, as budgetB does
+    p = dsrag.RSE_PARAMS_PRESETS[preset] | params
 
     def run(context: QueryContext) -> Selection:
         chunks, rows = context.corpus.chunks, context.ranked[:depth].tolist()
