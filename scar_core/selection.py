@@ -118,7 +118,8 @@ class Selected:
         seed_id: The retrieved chunk it belongs to (itself for a hit).
         seed_rank: Zero-based rank of that retrieved chunk.
         score: ``cos(q, c)`` for a hit, ``S`` for a neighbour.
-        decision: The decision that added a neighbour; ``None`` for a hit.
+        decision: The decision that added a neighbour; ``None`` for a hit, except a hit that
+            budget mode took as a continuation of an earlier chunk (its bid was ``S + alpha``).
     """
 
     chunk_id: str
@@ -311,6 +312,7 @@ def budget_select(
     """
     scored = _Scored(query, chunks)
     ranked = list(dict.fromkeys(hits))
+    rank_of = {chunk_id: rank for rank, chunk_id in enumerate(ranked)}
     bids = _hit_relevance(ranked, scored)
     alpha = settings.continuity_bonus
     steps = _steps(settings.direction)
@@ -357,8 +359,13 @@ def budget_select(
             decision = _decided(pending, competing - alpha, True)
             decisions.append(decision)
             weakest_win = min(weakest_win, bid)
-            take(Selected(best, "neighbor", pending.seed_id, seed_rank, pending.score, decision),
-                 decision.distance)  # fmt: skip
+            if best in rank_of:  # a retrieved chunk that won its slot as a continuation
+                won = Selected(best, "hit", best, rank_of[best], bids[rank_of[best]], decision)
+            else:
+                won = Selected(
+                    best, "neighbor", pending.seed_id, seed_rank, pending.score, decision
+                )
+            take(won, decision.distance)
         elif next_hit < len(ranked):
             weakest_win = min(weakest_win, hit_bid)
             hit = ranked[next_hit]

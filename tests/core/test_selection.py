@@ -256,3 +256,18 @@ def test_unit_rows_agree_with_a_naive_norm_and_flag_every_unusable_row(rows) -> 
             assert np.allclose(unit, [x / norm for x in scaled], rtol=1e-12, atol=1e-300)
         else:
             assert not unit.any()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_retrieved_chunk_is_labelled_a_hit_even_when_it_won_as_a_continuation(seed: int) -> None:
+    query, ranked, chunks = corpus(seed)
+    settings = BudgetSettings(k=8, keep=1, continuity_bonus=0.5)
+    selection = budget_select(query, ranked[:8], chunks, settings)  # the 8 retrieved chunks
+    assert [s.chunk_id for s in selection.selected] == naive_budget(
+        query, ranked, chunks, 8, 1, 0.5, 0.1, 2
+    )
+    for item in selection.selected:
+        assert item.origin == ("hit" if item.chunk_id in ranked[:8] else "neighbor")
+        if item.origin == "hit":
+            assert item.score == pytest.approx(cos(query, chunks[item.chunk_id].vector))
+            assert item.seed_rank == ranked.index(item.chunk_id)
