@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from scar_core.calibration import suggest_continuity_bonus
 from scar_core.driver import QueryDriver
 from scar_core.errors import (
     DataFormatError,
@@ -69,4 +70,5 @@ __all__ = [
     "paper_threshold",
     "select",
     "stitch",
+    "suggest_continuity_bonus",
 ]

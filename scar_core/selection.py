@@ -10,13 +10,17 @@ through. Any other chunk ``n`` is accepted when ``S > gamma * cos(q, seed)``, wh
 boundary between ``n`` and the chunk just before it on the walk. A rejection ends the walk in that
 direction, so a passage has no holes.
 
-**Budget mode** (:func:`budget_select`). Exactly ``k`` slots are filled one at a time:
+**Budget mode** (:func:`budget_select`), the segment auction. Exactly ``k`` chunks are chosen
+from the ``k`` retrieved chunks and the chunks within ``window`` steps of them:
 
-* the best ``keep`` retrieved chunks are taken first;
-* the best retrieved chunk not yet taken bids its relevance ``cos(q, x)``;
-* every chunk adjacent to a taken chunk (within ``window`` steps of its retrieved chunk) bids
-  ``S + alpha``, ``alpha`` being the continuity bonus;
-* the highest bid takes the slot; a retrieved chunk wins a tie.
+* the best ``keep`` retrieved chunks are always chosen;
+* every passage (run of linked chosen chunks) holds a retrieved chunk;
+* among such sets, the one with the highest total bid wins, where every chosen chunk bids its
+  relevance ``cos(q, x)`` and every linked pair of chosen chunks adds ``alpha - lambda_ * b``.
+
+So a neighbour joined to a chosen chunk bids ``S + alpha`` (``alpha`` is the continuity bonus),
+and a run of two or three neighbours bids as a whole against the further hits it would displace.
+The best set is found exactly, by dynamic programming along each chain of linked candidates.
 
 A chunk whose vector is missing or unusable is never scored: as a neighbour it ends the walk and is
 listed in :attr:`Selection.unscored`; as a retrieved chunk it keeps its rank (it bids like the
@@ -25,6 +29,7 @@ retrieved chunk just above it) but grows no passage.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -92,7 +97,8 @@ class Decision:
         boundary_penalty: ``b = 1 - cos(via, n)``.
         score: ``S = relevance - lambda_ * b``.
         threshold: The bar ``S`` was compared with: ``gamma * cos(q, seed)`` in paper mode; in
-            budget mode, the bid it had to beat minus the continuity bonus.
+            budget mode, the relevance of the best retrieved chunk left out minus the continuity
+            bonus (what a lone neighbour had to beat; a run of neighbours bids as a whole).
         accepted: Whether it was selected.
     """
 
@@ -118,8 +124,7 @@ class Selected:
         seed_id: The retrieved chunk it belongs to (itself for a hit).
         seed_rank: Zero-based rank of that retrieved chunk.
         score: ``cos(q, c)`` for a hit, ``S`` for a neighbour.
-        decision: The decision that added a neighbour; ``None`` for a hit, except a hit that
-            budget mode took as a continuation of an earlier chunk (its bid was ``S + alpha``).
+        decision: The decision that added a neighbour; ``None`` for a hit.
     """
 
     chunk_id: str
@@ -135,7 +140,8 @@ class Selection:
     """What SCAR selected for one query.
 
     Attributes:
-        selected: The chunks, in the order they were selected.
+        selected: The chunks: retrieved chunks best first, then neighbours (paper mode: in the
+            order they were accepted; budget mode: by their retrieved chunk's rank, then distance).
         passages: Runs of adjacent selected chunks, ordered by their best hit's rank; inside a
             passage, chunks are in document order.
         decisions: Every neighbour decision, accepted or not.
@@ -299,90 +305,260 @@ def budget_select(
     chunks: Mapping[str, Chunk],
     settings: BudgetSettings,
 ) -> Selection:
-    """Fill exactly ``settings.k`` slots (fewer only when fewer chunks exist) by the auction.
+    """Choose exactly ``settings.k`` chunks (fewer only when fewer exist) by the segment auction.
+
+    The candidates are the first ``k`` retrieved chunks and every chunk within ``window`` steps of
+    one of them. Among the sets of ``k`` candidates that hold the best ``keep`` retrieved chunks
+    and in which every passage holds a retrieved chunk, the one with the highest total bid wins:
+
+    ``sum of cos(q, x) over its chunks + sum of (alpha - lambda_ * b) over its linked pairs``
+
+    A chunk linked to a chosen chunk therefore bids ``S + alpha``, as in the paper's formula plus
+    the continuity bonus, and a whole run of neighbours bids together against single hits. The
+    optimum is found exactly, by dynamic programming along each chain of linked candidates.
 
     Args:
         query: The query embedding, any scale.
-        hits: Retrieved chunk ids, best first.
+        hits: Retrieved chunk ids, best first; only the first ``k`` are used.
         chunks: Every chunk within ``window`` steps of the hits, with vectors and links.
         settings: Budget, kept hits, continuity bonus, λ, window and direction.
 
     Returns:
-        The selection, with a decision for every neighbour that bid.
+        The selection, with a decision for every neighbour that was a candidate.
     """
     scored = _Scored(query, chunks)
-    ranked = list(dict.fromkeys(hits))
+    ranked = list(dict.fromkeys(hits))[: settings.k]
     rank_of = {chunk_id: rank for rank, chunk_id in enumerate(ranked)}
     bids = _hit_relevance(ranked, scored)
-    alpha = settings.continuity_bonus
-    steps = _steps(settings.direction)
-    selected: dict[str, Selected] = {}
-    frontier: dict[str, tuple[float, Decision, int]] = {}
-    unscored: list[str] = []
+    candidates, distance, unscored = _candidates(ranked, chunks, scored, settings)
+    value = {c: bids[rank_of[c]] if c in rank_of else scored.relevance[c] for c in candidates}
+    chains = _chains(candidates, chunks, scored)
+    pair = {
+        (a, b): settings.continuity_bonus
+        - settings.lambda_ * boundary_penalty(scored.boundary_cosine(a, b))
+        for chain in chains
+        for a, b in itertools.pairwise(chain)
+    }
+    kept = set(ranked[: settings.kept])
+    picked = _best_set(chains, value, pair, rank_of, kept, min(settings.k, len(candidates)))
 
-    def take(item: Selected, distance: int) -> None:
-        selected[item.chunk_id] = item
-        frontier.pop(item.chunk_id, None)
-        via = item.chunk_id
-        if distance >= settings.window or via not in scored.units or via not in chunks:
-            return
-        for direction in steps:
-            candidate = chunks[via].step(direction)
-            if candidate is None or candidate in selected:
-                continue
-            if candidate not in scored.units:
-                unscored.append(candidate)
-                continue
-            cosine = scored.boundary_cosine(via, candidate)
-            relevance = scored.relevance[candidate]
-            score = expansion_score(relevance, cosine, settings.lambda_)
-            decision = Decision(
-                candidate, item.seed_id, via, direction, distance + 1, relevance,
-                boundary_penalty(cosine), score, math.nan, False,
-            )  # fmt: skip
-            if candidate not in frontier or score + alpha > frontier[candidate][0]:
-                frontier[candidate] = (score + alpha, decision, item.seed_rank)
-
-    for rank in range(min(settings.kept, len(ranked))):
-        take(Selected(ranked[rank], "hit", ranked[rank], rank, bids[rank]), 0)
+    taken = [c for c in ranked if c in picked]
+    left = [bids[rank_of[c]] for c in ranked if c not in picked]
+    price = (left[0] if left else -1.0 - 2.0 * settings.lambda_) - settings.continuity_bonus
+    selected = {c: Selected(c, "hit", c, rank_of[c], bids[rank_of[c]]) for c in taken}
     decisions: list[Decision] = []
-    next_hit = min(settings.kept, len(ranked))
-    weakest_win = math.inf
-    while len(selected) < settings.k:
-        while next_hit < len(ranked) and ranked[next_hit] in selected:
-            next_hit += 1
-        hit_bid = bids[next_hit] if next_hit < len(ranked) else -math.inf
-        best = max(frontier, key=lambda c: frontier[c][0], default=None)
-        if best is not None and frontier[best][0] > hit_bid:
-            bid, pending, seed_rank = frontier[best]
-            competing = hit_bid if math.isfinite(hit_bid) else -1.0 - 2.0 * settings.lambda_
-            decision = _decided(pending, competing - alpha, True)
+    for chain in chains:
+        for position, chunk_id in enumerate(chain):
+            if chunk_id in rank_of:
+                continue
+            seed, via, steps = _nearest_hit(chain, position, rank_of, picked)
+            direction: Step = "next" if chain.index(seed) < position else "previous"
+            cosine = scored.boundary_cosine(via, chunk_id)
+            score = expansion_score(scored.relevance[chunk_id], cosine, settings.lambda_)
+            decision = Decision(
+                chunk_id, seed, via, direction, steps, scored.relevance[chunk_id],
+                boundary_penalty(cosine), score, price, chunk_id in picked,
+            )  # fmt: skip
             decisions.append(decision)
-            weakest_win = min(weakest_win, bid)
-            if best in rank_of:  # a retrieved chunk that won its slot as a continuation
-                won = Selected(best, "hit", best, rank_of[best], bids[rank_of[best]], decision)
-            else:
-                won = Selected(
-                    best, "neighbor", pending.seed_id, seed_rank, pending.score, decision
+            if decision.accepted:
+                selected[chunk_id] = Selected(
+                    chunk_id, "neighbor", seed, rank_of[seed], score, decision
                 )
-            take(won, decision.distance)
-        elif next_hit < len(ranked):
-            weakest_win = min(weakest_win, hit_bid)
-            hit = ranked[next_hit]
-            take(Selected(hit, "hit", hit, next_hit, hit_bid), 0)
-        else:
+    neighbours = sorted(
+        (s for s in selected.values() if s.origin == "neighbor"),
+        key=lambda s: (s.seed_rank, distance.get(s.chunk_id, 0), s.chunk_id),
+    )
+    chosen = tuple([selected[c] for c in taken] + neighbours)
+    return Selection(chosen, _passages(chosen, chunks), tuple(decisions), tuple(unscored))
+
+
+def _candidates(
+    ranked: Sequence[str],
+    chunks: Mapping[str, Chunk],
+    scored: _Scored,
+    settings: BudgetSettings,
+) -> tuple[list[str], dict[str, int], list[str]]:
+    """The retrieved chunks and the scored chunks within ``window`` steps of them.
+
+    A walk stops at a chunk without a usable vector (listed as unscored) and grows from none.
+    """
+    distance = dict.fromkeys(ranked, 0)
+    unscored: list[str] = []
+    ring = [c for c in ranked if c in scored.units and c in chunks]
+    for step in range(1, settings.window + 1):
+        if not ring:
             break
-    bar = weakest_win if math.isfinite(weakest_win) else -1.0 - 2.0 * settings.lambda_ + alpha
-    decisions.extend(_decided(pending, bar - alpha, False) for _, pending, _ in frontier.values())
-    picked = tuple(selected.values())
-    return Selection(picked, _passages(picked, chunks), tuple(decisions), tuple(unscored))
+        reached: list[str] = []
+        for via in ring:
+            for direction in _steps(settings.direction):
+                target = chunks[via].step(direction)
+                if target is None or target in distance:
+                    continue
+                if target not in scored.units or target not in chunks:
+                    if target not in unscored:
+                        unscored.append(target)
+                    continue
+                distance[target] = step
+                reached.append(target)
+        ring = reached
+    return list(distance), distance, unscored
 
 
-def _decided(pending: Decision, threshold: float, accepted: bool) -> Decision:
-    return Decision(
-        pending.neighbor_id, pending.seed_id, pending.via_id, pending.direction, pending.distance,
-        pending.relevance, pending.boundary_penalty, pending.score, threshold, accepted,
-    )  # fmt: skip
+def _chains(
+    candidates: Sequence[str], chunks: Mapping[str, Chunk], scored: _Scored
+) -> list[list[str]]:
+    """Split the candidates into runs linked next to previous, each in document order.
+
+    A chunk without a usable vector is a run of its own: no boundary can be measured across it.
+    """
+    members = set(candidates)
+
+    def linked(chunk_id: str, direction: Step) -> str | None:
+        if chunk_id not in scored.units or chunk_id not in chunks:
+            return None
+        target = chunks[chunk_id].step(direction)
+        return target if target in members and target in scored.units else None
+
+    placed: set[str] = set()
+    chains: list[list[str]] = []
+    for chunk_id in candidates:
+        if chunk_id in placed:
+            continue
+        head = chunk_id
+        while (before := linked(head, "previous")) is not None and before not in placed:
+            if before == chunk_id:  # a cycle of links: start anywhere
+                break
+            head = before
+        chain = [head]
+        placed.add(head)
+        while (after := linked(chain[-1], "next")) is not None and after not in placed:
+            chain.append(after)
+            placed.add(after)
+        chains.append(chain)
+    return chains
+
+
+def _nearest_hit(
+    chain: Sequence[str], position: int, rank_of: Mapping[str, int], picked: set[str]
+) -> tuple[str, str, int]:
+    """The retrieved chunk a neighbour belongs to, the chunk beside it on that side, and steps.
+
+    A taken neighbour belongs to the nearest retrieved chunk of its own passage; one left out to
+    the nearest retrieved chunk on its chain. Equal distances go to the better rank.
+    """
+    inside = chain[position] in picked
+    found: list[tuple[int, int, int]] = []
+    for side in (-1, 1):
+        index = position + side
+        while 0 <= index < len(chain) and (not inside or chain[index] in picked):
+            if chain[index] in rank_of:
+                found.append((abs(index - position), rank_of[chain[index]], index))
+                break
+            index += side
+    _, _, index = min(found)
+    return (
+        chain[index],
+        chain[position - 1 if index < position else position + 1],
+        abs(index - position),
+    )
+
+
+_NONE = -math.inf
+#: Along a chain: the chunk is not taken / taken in a run without a hit yet / taken, run has one.
+_OUT, _OPEN, _ANCHORED = 0, 1, 2
+
+
+def _chain_table(
+    chain: Sequence[str],
+    value: Mapping[str, float],
+    pair: Mapping[tuple[str, str], float],
+    hit: Sequence[bool],
+    forced: Sequence[bool],
+    budget: int,
+) -> tuple[list[float], list[int], list[list[list[tuple[int, int] | None]]]]:
+    """The best total of each count of chunks taken from one chain, its end state and the moves.
+
+    A run of taken chunks must hold a hit; a forced chunk must be taken.
+    """
+    best = [[_NONE] * 3 for _ in range(budget + 1)]
+    best[0][_OUT] = 0.0
+    moves: list[list[list[tuple[int, int] | None]]] = []
+    for position, chunk_id in enumerate(chain):
+        bonus = pair[(chain[position - 1], chunk_id)] if position else 0.0
+        new = [[_NONE] * 3 for _ in range(budget + 1)]
+        came: list[list[tuple[int, int] | None]] = [[None] * 3 for _ in range(budget + 1)]
+        for count in range(budget + 1):
+            for state in (_OUT, _OPEN, _ANCHORED):
+                total = best[count][state]
+                if total == _NONE:
+                    continue
+                if not forced[position] and state != _OPEN and total > new[count][_OUT]:
+                    new[count][_OUT], came[count][_OUT] = total, (count, state)
+                if count == budget:
+                    continue
+                gain = value[chunk_id] + (bonus if state != _OUT else 0.0)
+                after = _ANCHORED if hit[position] or state == _ANCHORED else _OPEN
+                if total + gain > new[count + 1][after]:
+                    new[count + 1][after], came[count + 1][after] = total + gain, (count, state)
+        best = new
+        moves.append(came)
+    ends = [_OUT if best[n][_OUT] >= best[n][_ANCHORED] else _ANCHORED for n in range(budget + 1)]
+    return [best[n][ends[n]] for n in range(budget + 1)], ends, moves
+
+
+def _chain_pick(
+    chain: Sequence[str],
+    moves: Sequence[Sequence[Sequence[tuple[int, int] | None]]],
+    state: int,
+    count: int,
+) -> list[str]:
+    """Walk the moves back from ``state`` with ``count`` chunks taken at the chain's end."""
+    picked: list[str] = []
+    for position in range(len(chain) - 1, -1, -1):
+        if state != _OUT:
+            picked.append(chain[position])
+        move = moves[position][count][state]
+        assert move is not None  # the totals came from a move
+        count, state = move
+    return picked
+
+
+def _best_set(
+    chains: Sequence[Sequence[str]],
+    value: Mapping[str, float],
+    pair: Mapping[tuple[str, str], float],
+    rank_of: Mapping[str, int],
+    kept: set[str],
+    k: int,
+) -> set[str]:
+    """The set of candidates with the highest total bid, of size ``k`` or as large as can be."""
+    tables = []
+    for chain in chains:
+        hit = [c in rank_of for c in chain]
+        forced = [c in kept for c in chain]
+        tables.append(_chain_table(chain, value, pair, hit, forced, k))
+    # Combine the chains: best[i][n] is the best total of n chunks from the first i chains.
+    best = [0.0] + [_NONE] * k
+    split: list[list[int]] = []
+    for totals, _, _ in tables:
+        new, share = [_NONE] * (k + 1), [0] * (k + 1)
+        for before in range(k + 1):
+            if best[before] == _NONE:
+                continue
+            for count in range(k + 1 - before):
+                if totals[count] != _NONE and best[before] + totals[count] > new[before + count]:
+                    new[before + count], share[before + count] = best[before] + totals[count], count
+        best = new
+        split.append(share)
+    size = max(n for n in range(k + 1) if best[n] != _NONE)
+    picked: set[str] = set()
+    for index in range(len(chains) - 1, -1, -1):
+        count = split[index][size]
+        _, ends, moves = tables[index]
+        if count:
+            picked.update(_chain_pick(chains[index], moves, ends[count], count))
+        size -= count
+    return picked
 
 
 def select(

@@ -33,7 +33,8 @@ DEFAULT_K = 4
 DEFAULT_LAMBDA = 0.1
 #: The paper's relative threshold.
 DEFAULT_GAMMA = 0.8
-#: Continuity bonus (cosine units) for all-MiniLM-L6-v2, chosen on the dev sets.
+#: Continuity bonus (cosine units) for all-MiniLM-L6-v2, chosen on the dev sets with
+#: ``benchmarks/budget_sweep.py``.
 DEFAULT_CONTINUITY_BONUS = 0.2
 #: How far a passage may grow from its retrieved chunk in budget mode; each step is one read.
 DEFAULT_BUDGET_WINDOW = 2
@@ -85,8 +86,9 @@ class BudgetSettings:
         k: The budget: how many chunks to return.
         keep: How many of the best retrieved chunks are always kept; ``None`` means
             :func:`default_keep` of ``k``.
-        continuity_bonus: ``alpha``, added to a neighbour's expansion score when it bids against a
-            further retrieved chunk. 0 makes expansion rare (close to plain top-k).
+        continuity_bonus: ``alpha``, added for every linked pair of chosen chunks, so that a
+            neighbour bids its expansion score ``S`` plus ``alpha`` against further retrieved
+            chunks. With 0 (and ``lambda_=0``) budget mode is plain top-k.
         lambda_: Weight of the boundary penalty.
         window: How many steps a passage may grow from its retrieved chunk.
         direction: ``"both"``, ``"previous"`` or ``"next"``.

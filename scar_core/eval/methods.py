@@ -17,14 +17,15 @@ Names (``B``, ``W``, ``S``, ``N`` integers; ``G``, ``L``, ``A`` numbers; ``k`` i
                             (γ 0.8, λ 0.1 when omitted); ``_lambdaL`` is also accepted
 ``budgetB``                 exactly ``SCARRetriever(vectorstore=vs, k=B)``:
                             ``select(q, B best ids, chunks, BudgetSettings(k=B))``
-``budgetB_aA_sS_wW``        the same with continuity bonus ``A``, ``S`` kept hits, window ``W``
-                            (each part optional, in this order)
+``budgetB_aA_sS_wW_lL``     the same with continuity bonus ``A``, ``S`` kept hits, window ``W``,
+                            λ ``L`` (each part optional, in this order)
 ``default``                 the shipped default at ``k``: ``BudgetSettings(k=k)``
 ``parent``, ``parentN``     each of the ``k`` best chunks with its parent block (2,000 or ``N``
                             characters of consecutive chunks)
 ``topk_matched``            per query, the ``k'`` best chunks, ``k'`` = chunks ``scar1`` returned
 ``topk_matched_NAME``       the same, matched to method ``NAME``
-``rseB_PRESET_pP_dD``       dsRAG's segment extraction at ``B`` chunks (:func:`rse`)
+``rseB_PRESET_pP_dD_hH``    dsRAG's segment extraction at ``B`` chunks over the ``H`` best
+                            (default ``B``) (:func:`rse`)
 ``prevnextB``               LlamaIndex's prev/next window over ``⌈B/3⌉`` hits (:func:`prev_next`)
 =========================  ==================================================================
 
@@ -200,10 +201,11 @@ def prev_next(budget: int) -> Method:
     return run
 
 
-def rse(budget: int, preset: str = "balanced", depth: int = 200, **params: float) -> Method:
+def rse(budget: int, preset: str = "balanced", depth: int | None = None, **params: float) -> Method:
     """Relevant Segment Extraction by dsRAG's own functions (extra ``compare``) at ``budget``.
 
-    The ``depth`` best chunks (dsRAG searches 200), cosine as ``similarity``, go through
+    The ``depth`` best chunks (by default ``budget``: the hits budget mode sees; dsRAG itself
+    searches 200), cosine as ``similarity``, go through
     ``get_meta_document``, ``get_relevance_values`` and ``get_best_segments`` (overall length
     ``budget``) with dsRAG's ``preset`` updated by ``params`` (``irrelevant_chunk_penalty`` P,
     ``decay_rate`` D, ``minimum_value`` M, in names ``rseB_PRESET_pP_dD_mM_hH`` with ``H`` the
@@ -218,6 +220,7 @@ def rse(budget: int, preset: str = "balanced", depth: int = 200, **params: float
         raise missing_dependency("dsrag", "compare") from exc
     BudgetSettings(k=budget)  # refuses a budget that is not an integer >= 1, as budgetB does
     p = dsrag.RSE_PARAMS_PRESETS[preset] | params
+    depth = budget if depth is None else depth
 
     def run(context: QueryContext) -> Selection:
         chunks, rows = context.corpus.chunks, context.ranked[:depth].tolist()
@@ -233,7 +236,7 @@ def rse(budget: int, preset: str = "balanced", depth: int = 200, **params: float
         meta = [context.corpus.rows_of_document[d][0] + m - starts[d]  # meta-document -> row
                 for d, end in zip(docs, splits, strict=True) for m in range(starts[d], end)]  # fmt: skip
         ids = [context.nodes[meta[m]].id for a, b in segments for m in range(a, b)]
-        ids = list(dict.fromkeys(ids + context.head(2 * budget)))[:budget]
+        ids = list(dict.fromkeys(ids + context.head(max(depth, budget))))[:budget]
         return context.select(ids, BudgetSettings(k=len(ids), keep=len(ids), window=1))
 
     return run
@@ -285,6 +288,7 @@ def _budget(match: re.Match[str], k: int) -> Method:
             continuity_bonus=float(match[2]) if match[2] else DEFAULT_CONTINUITY_BONUS,
             keep=int(match[3]) if match[3] else None,
             window=int(match[4]) if match[4] else DEFAULT_BUDGET_WINDOW,
+            lambda_=float(match[5]) if match[5] else DEFAULT_LAMBDA,
         )
     )
 
@@ -298,7 +302,7 @@ def _paper(match: re.Match[str], k: int) -> Method:
 def _rse(match: re.Match[str], k: int) -> Method:
     keys = ("irrelevant_chunk_penalty", "decay_rate", "minimum_value")
     params = {key: float(v) for key, v in zip(keys, match.group(3, 4, 5), strict=True) if v}
-    return rse(int(match[1]), match[2] or "balanced", int(match[6] or 200), **params)
+    return rse(int(match[1]), match[2] or "balanced", int(match[6]) if match[6] else None, **params)
 
 
 def _builtins(registry: MethodRegistry) -> None:
@@ -308,8 +312,8 @@ def _builtins(registry: MethodRegistry) -> None:
     add(r"static(\d+)", lambda m, k: static(int(m[1]), k), "static1", "topk, and W steps around")
     add(rf"scar(\d+)(?:_g{_NUMBER})?(?:_(?:l|lambda){_NUMBER})?", _paper, "scar1_g0.8_l0.1",
         "the paper's rule, window W, gamma G (0.8), lambda L (0.1), k seeds")  # fmt: skip
-    add(rf"budget(\d+)(?:_a{_NUMBER})?(?:_s(\d+))?(?:_w(\d+))?", _budget, "budget10",
-        "exactly SCARRetriever(k=B); _aA bonus, _sS kept hits, _wW window")  # fmt: skip
+    add(rf"budget(\d+)(?:_a{_NUMBER})?(?:_s(\d+))?(?:_w(\d+))?(?:_l{_NUMBER})?", _budget,
+        "budget10", "exactly SCARRetriever(k=B); _aA bonus, _sS kept, _wW window, _lL lambda")  # fmt: skip
     add(r"default", lambda m, k: scar(BudgetSettings(k=k)), "default",
         "the shipped default at --k: budget mode, BudgetSettings(k=k)")  # fmt: skip
     add(r"parent(\d+)?", lambda m, k: static(1 << 20, k, parent_links(int(m[1] or PARENT))),

@@ -23,14 +23,18 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> PreparedBenchmark:
     return prepare_benchmark(benchmark, HashEmbedder(), chunk_size=60, show_progress=False)
 
 
-@pytest.mark.parametrize("name", ["rse4", "rse4_precision", "rse5_find_all", "rse3_p0.05_d20_m0"])
+@pytest.mark.parametrize(
+    "name",
+    ["rse4", "rse4_precision_h200", "rse5_find_all", "rse3_p0.05_d20_m0", "rse3_p0.05_d20_h9"],
+)
 def test_rse_is_dsrags_segments_filled_to_exactly_b(prepared: PreparedBenchmark, name: str) -> None:
     rse = pytest.importorskip("dsrag.rse", reason="dsRAG is not installed (extra 'compare')")
     budget = int(name[3])
+    depth = int(name.split("_h")[1]) if "_h" in name else budget  # the hits budget mode sees
     preset = next((p for p in rse.RSE_PARAMS_PRESETS if p in name), "balanced")
     params = rse.RSE_PARAMS_PRESETS[preset] | (
-        {"irrelevant_chunk_penalty": 0.05, "decay_rate": 20, "minimum_value": 0} if "_p0" in name
-        else {}
+        {"irrelevant_chunk_penalty": 0.05, "decay_rate": 20} if "_p0" in name else {}
+    ) | ({"minimum_value": 0} if "_m0" in name else {}
     )  # fmt: skip
     method, corpus = create_method(name, 5), prepared.corpus
     segmented = 0
@@ -40,17 +44,18 @@ def test_rse_is_dsrags_segments_filled_to_exactly_b(prepared: PreparedBenchmark,
         first = corpus.rows_of_document[document][0]
         results = [{"similarity": float(prepared.nodes[r].vector @ context.vector),  # type: ignore[operator]
                     "metadata": {"doc_id": document, "chunk_index": r - first, "chunk_text": "x"}}
-                   for r in context.ranked.tolist()]  # fmt: skip
-        values = rse.get_relevance_values([results], len(results), {document: 0}, [document],
+                   for r in context.ranked[:depth].tolist()]  # fmt: skip
+        length = 1 + max(r["metadata"]["chunk_index"] for r in results)  # up to the last hit
+        values = rse.get_relevance_values([results], length, {document: 0}, [document],
                                           params["irrelevant_chunk_penalty"], params["decay_rate"])  # fmt: skip
-        segments, _ = rse.get_best_segments(values, [len(results)], params["max_length"], budget,
+        segments, _ = rse.get_best_segments(values, [length], params["max_length"], budget,
                                             params["minimum_value"])  # fmt: skip
         expected = [corpus.chunks[first + i].chunk_id for a, b in segments for i in range(a, b)]
         segmented += len(expected)
         got = method(context).chunk_ids
         assert len(got) == min(budget, len(context.ranked))
         assert set(expected) <= set(got)  # the segments, then the best other chunks
-        assert set(got) - set(expected) <= set(context.head(2 * budget))
+        assert set(got) - set(expected) <= set(context.head(max(depth, budget)))
     if "_p0" in name:
         assert segmented > 0
 

@@ -1,0 +1,62 @@
+"""The continuity bonus for an embedding model other than the bundled one, without labels.
+
+The bonus ``alpha`` is in the cosine units of the embedding model. Models differ in how alike they
+find two adjacent chunks (all-MiniLM-L6-v2: mean boundary penalty about 0.5 on the dev sets; a
+model2vec model distilled from it: about 0.3), and the best ``alpha`` follows: on the three dev
+sets it is about 0.4 times the corpus's mean boundary penalty for both models. So a sample of your
+own chunks, in document order, is all it takes::
+
+    from scar_core import BudgetSettings, suggest_continuity_bonus
+    alpha = suggest_continuity_bonus(embeddings.embed_documents(chunk_texts_in_order))
+    settings = BudgetSettings(k=5, continuity_bonus=alpha)
+
+``benchmarks/robustness.py`` checks the factor out of sample, one dev set left out at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from scar_core.errors import InvalidSettingsError
+from scar_core.scoring import unit_rows
+
+__all__ = ["BONUS_PER_BOUNDARY_PENALTY", "suggest_continuity_bonus"]
+
+#: ``alpha`` over the mean boundary penalty of adjacent chunks, fitted on the dev sets.
+BONUS_PER_BOUNDARY_PENALTY = 0.4
+
+
+def suggest_continuity_bonus(
+    documents: Sequence[npt.ArrayLike] | npt.ArrayLike,
+    factor: float = BONUS_PER_BOUNDARY_PENALTY,
+) -> float:
+    """Suggest ``continuity_bonus`` for your model: ``factor`` times the mean boundary penalty.
+
+    Args:
+        documents: The embeddings of consecutive chunks, in document order: one 2-D array (one
+            document) or a list of them (one per document; pairs never span two documents).
+            A few hundred adjacent pairs are plenty.
+        factor: ``alpha`` per unit of mean boundary penalty (0.4, fitted on the dev sets).
+
+    Returns:
+        The suggested ``alpha``, rounded to three decimals.
+
+    Raises:
+        InvalidSettingsError: If no pair of adjacent chunks with usable vectors is given.
+    """
+    arrays = [documents] if isinstance(documents, np.ndarray) and documents.ndim == 2 else documents
+    penalties: list[npt.NDArray[np.float64]] = []
+    for vectors in arrays:  # type: ignore[union-attr]
+        units, usable = unit_rows(np.asarray(vectors, dtype=np.float64))
+        pairs = usable[:-1] & usable[1:]
+        penalties.append(1.0 - np.einsum("ij,ij->i", units[:-1], units[1:])[pairs])
+    every = np.concatenate(penalties) if penalties else np.zeros(0)
+    if every.size == 0:
+        raise InvalidSettingsError(
+            "no two adjacent chunks with usable vectors were given; pass the embeddings of "
+            "consecutive chunks of at least one document, in document order."
+        )
+    return round(factor * float(every.mean()), 3)
