@@ -206,6 +206,29 @@ def report(table: dict, budgets: list[int]) -> None:
     print("\nmissed:" if gaps else "\nevery goal met")
     for gap in gaps:
         print(" ", gap)
+    if minilm:
+        readme_table(table)
+
+
+#: The README's names of the sets, and the budgets its table shows.
+README_SETS = {"privacy_qa": "PrivacyQA", "contractnli": "ContractNLI", "paper4_dev": "paper4"}
+README_BUDGETS = (5, 10)
+
+
+def readme_table(table: dict) -> None:
+    """Print the README's results table."""
+    print("\n## README table\n")
+    print("| set | B | fragmented: top-B | SCAR | all queries: top-B | SCAR |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, label in README_SETS.items():
+        if name not in table:
+            continue
+        for i, b in enumerate(README_BUDGETS):
+            first = f"{label} ({table[name]['_n']['all']})" if i == 0 else ""
+            cells = [
+                f"{r(table, name, f'{m}{b}', g):.3f}" for g in GROUPS for m in ("top", "budget")
+            ]
+            print(f"| {first} | {b} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:

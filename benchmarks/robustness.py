@@ -41,9 +41,9 @@ from scar_core.eval import (
 from scar_core.settings import DEFAULT_CONTINUITY_BONUS, DEFAULT_LAMBDA
 
 BUDGETS = (3, 5, 7, 10, 12, 15)
-ALPHAS = (0.05, 0.1, 0.125, 0.15, 0.175, 0.2, 0.225, 0.25, 0.3, 0.35)
+ALPHAS = (0.05, 0.1, 0.125, 0.15, 0.175, 0.1875, 0.2, 0.225, 0.25, 0.275, 0.3, 0.3125, 0.35, 0.4)
 FACTORS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6)
-LAMBDAS = (0.075, 0.125)  # the default's ± 25 %
+LAMBDAS = (DEFAULT_LAMBDA * 0.75, DEFAULT_LAMBDA * 1.25)  # ± 25 % (the α grid holds α's)
 MODELS = ("minilm", "m2v")
 
 
@@ -94,10 +94,10 @@ def mean_gain(entry: dict, alpha: float) -> float:
 
 
 def report(table: dict) -> None:
-    default, lam = DEFAULT_CONTINUITY_BONUS, DEFAULT_LAMBDA
+    default = DEFAULT_CONTINUITY_BONUS
     print("## smoothness: fragmented recall, default and ± 25 % of one knob (points over top-B)")
-    knobs = {f"α {default * 0.75:g}": "a0.15", f"α {default * 1.25:g}": "a0.25",
-             f"λ {lam * 0.75:g}": "l0.075", f"λ {lam * 1.25:g}": "l0.125"}  # fmt: skip
+    knobs = {f"α {a:g}": f"a{a:g}" for a in (default * 0.75, default * 1.25)}
+    knobs |= {f"λ {x:g}": f"l{x:g}" for x in LAMBDAS}
     drops: list[str] = []
     for model, sets in table.items():
         for name, entry in sets.items():

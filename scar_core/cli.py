@@ -32,8 +32,8 @@ Methods (k is --k; B, W, S, N integers; G, L, A numbers):
   topk, topB         the k (or B) best chunks of the query's scope, e.g. top10
   budgetB            budget mode at B chunks: EXACTLY what SCARRetriever(vectorstore=vs, k=B)
                      returns, i.e. select(q, B best ids, chunks, BudgetSettings(k=B))
-  budgetB_aA_sS_wW   research variants: continuity bonus A (0.2), S kept hits (default_keep(B)),
-                     window W (2); each part optional, e.g. budget10_a0.3, budget10_s2
+  budgetB_aA_sS_wW_lL research variants: continuity bonus A (0.25), S kept hits (default_keep(B)),
+                     window W (2), lambda L (0.1); each part optional, e.g. budget10_a0.3
   default            the shipped default at --k: budget mode, BudgetSettings(k=k)
   staticW            the k best chunks plus every chunk up to W steps away, e.g. static1
   scarW, scarW_gG_lL the paper's rule: PaperSettings(k, window=W, gamma=G (0.8), lambda_=L (0.1)),
@@ -41,7 +41,8 @@ Methods (k is --k; B, W, S, N integers; G, L, A numbers):
   parent, parentN    each of the k best chunks with its parent block (2000 or N characters)
   topk_matched       per query, top-k' with k' = the chunks scar1 returned
   topk_matched_NAME  the same, matched to method NAME, e.g. topk_matched_scar2
-  rseB_PRESET_pP_dD  dsRAG's segment extraction at B chunks (extra compare), e.g. rse10_precision
+  rseB_PRESET_pP_dD_hH dsRAG's segment extraction at B chunks (extra compare) over the H best
+                     (B: the hits budgetB sees), e.g. rse10_precision, rse10_p0.2_d20_h200
   prevnextB          LlamaIndex's PrevNextNodePostprocessor(mode="both") on ceil(B/3) hits, cut to B
 --budgets adds recall against B (3,5,7,10,12,15 by default) to the report and OUT/budgets.png.
 

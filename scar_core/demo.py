@@ -119,11 +119,11 @@ def _details(results: EvalResults, i: int, labels: dict[str, str]) -> list[str]:
             f"    {label:<10} " + " ".join(f"{position[c]}{'*' * (c in gold)}" for c in ids)
         )
     for d in results.runs["default"][0][i].decisions:
-        sign, verdict = (">", "taken") if d.accepted else ("≤", "refused")
+        verdict = "taken" if d.accepted else "refused"
         lines.append(
             f"      bid {position[d.neighbor_id]:>2} next to {position[d.via_id]:>2}: "
-            f"cos(q,n) {d.relevance:.3f}  b {d.boundary_penalty:.3f}  S {d.score:.3f} {sign} "
-            f"{d.threshold:.3f}  {verdict}{'  (gold)' * (d.neighbor_id in gold)}"
+            f"cos(q,n) {d.relevance:.3f}  b {d.boundary_penalty:.3f}  S {d.score:.3f} "
+            f"(lone bar {d.threshold:.3f})  {verdict}{'  (gold)' * (d.neighbor_id in gold)}"
         )
     return lines
 
@@ -145,11 +145,11 @@ def format_demo(results: EvalResults, *, verbose: bool = False) -> str:
         f"{len(prepared.queries)} questions ({int(prepared.fragmented.sum())} fragmented: evidence "
         f"in 2+ chunks). Model {prepared.model_name}; retrieval within the question's document.\n"
         f"default = SCARRetriever(k={k}), the shipped budget mode: {k} chunks; the "
-        f"{BudgetSettings(k=k).kept} best hits are kept, then each slot goes to the highest bid: a "
-        f"further hit bids cos(q, x), a neighbour of a chunk taken bids S + "
-        f"{DEFAULT_CONTINUITY_BONUS:g}, S = cos(q, n) - {DEFAULT_LAMBDA:g} b. static ±1 and scar1 "
-        "(the paper's "
-        f"rule, γ 0.8) add chunks to the same {k} hits."
+        f"{BudgetSettings(k=k).kept} best hits are kept, and the {k} chunks with the highest total "
+        f"bid win: a hit bids cos(q, x), a neighbour joined to a chosen chunk bids S + "
+        f"{DEFAULT_CONTINUITY_BONUS:g}, S = cos(q, n) - {DEFAULT_LAMBDA:g} b, a run of neighbours "
+        f"as a whole. static ±1 and scar1 (the paper's rule, γ 0.8) add chunks to the same {k} "
+        "hits."
     )
     lines = [wrapped for part in intro.split("\n") for wrapped in [*textwrap.wrap(part, 100), ""]]
     lines.append(f"Recall of gold chunks per question ([n] = chunks returned, when not {k}):")

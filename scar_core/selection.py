@@ -478,8 +478,12 @@ def _chain_table(
 ) -> tuple[list[float], list[int], list[list[list[tuple[int, int] | None]]]]:
     """The best total of each count of chunks taken from one chain, its end state and the moves.
 
-    A run of taken chunks must hold a hit; a forced chunk must be taken.
+    A run of taken chunks must hold a hit; a forced chunk must be taken. The lists run up to the
+    most chunks the chain can give.
     """
+    if not any(hit):
+        return [0.0], [_OUT], [[[(0, _OUT), None, None]] for _ in chain]
+    budget = min(budget, len(chain))
     best = [[_NONE] * 3 for _ in range(budget + 1)]
     best[0][_OUT] = 0.0
     moves: list[list[list[tuple[int, int] | None]]] = []
@@ -487,7 +491,7 @@ def _chain_table(
         bonus = pair[(chain[position - 1], chunk_id)] if position else 0.0
         new = [[_NONE] * 3 for _ in range(budget + 1)]
         came: list[list[tuple[int, int] | None]] = [[None] * 3 for _ in range(budget + 1)]
-        for count in range(budget + 1):
+        for count in range(min(position, budget) + 1):
             for state in (_OUT, _OPEN, _ANCHORED):
                 total = best[count][state]
                 if total == _NONE:
@@ -545,7 +549,7 @@ def _best_set(
         for before in range(k + 1):
             if best[before] == _NONE:
                 continue
-            for count in range(k + 1 - before):
+            for count in range(min(len(totals), k + 1 - before)):
                 if totals[count] != _NONE and best[before] + totals[count] > new[before + count]:
                     new[before + count], share[before + count] = best[before] + totals[count], count
         best = new

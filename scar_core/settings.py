@@ -35,7 +35,7 @@ DEFAULT_LAMBDA = 0.1
 DEFAULT_GAMMA = 0.8
 #: Continuity bonus (cosine units) for all-MiniLM-L6-v2, chosen on the dev sets with
 #: ``benchmarks/budget_sweep.py``.
-DEFAULT_CONTINUITY_BONUS = 0.2
+DEFAULT_CONTINUITY_BONUS = 0.25
 #: How far a passage may grow from its retrieved chunk in budget mode; each step is one read.
 DEFAULT_BUDGET_WINDOW = 2
 

@@ -43,9 +43,9 @@ class SCARRetriever(BaseRetriever):
     """Retrieve ``k`` chunks like ``vectorstore.as_retriever()``, spent on better evidence.
 
     Budget mode (the default) returns exactly ``k`` Documents, one per chunk, like
-    ``as_retriever(search_kwargs={"k": k})``: the best retrieved chunks are kept, and each further
-    slot goes either to the next hit or to a neighbour that continues a kept chunk, whichever bids
-    higher. ``mode="paper"`` applies the paper's rule to ``k`` seeds instead, and the count varies.
+    ``as_retriever(search_kwargs={"k": k})``: the two best retrieved chunks are kept, and the
+    other slots go to further hits or to neighbours that continue a chosen chunk, whichever set
+    bids higher in total (see ``scar_core.selection``). ``mode="paper"`` applies the paper's rule to ``k`` seeds instead, and the count varies.
 
     Documents come passage by passage (passages by their best hit's rank, chunks in document
     order). Metadata adds ``scar_passage``, ``scar_origin`` (``"hit"`` or ``"neighbor"``),
@@ -65,7 +65,7 @@ class SCARRetriever(BaseRetriever):
         merge_passages: Return each passage as one stitched Document (at most ``k`` of them,
             holding exactly ``k`` chunks in budget mode).
         keep, continuity_bonus: Budget mode only: hits always kept (default 2)
-            and the bonus a continuing neighbour gets (0.2, for MiniLM-scale cosines).
+            and the bonus a continuing neighbour gets (0.25, for MiniLM-scale cosines).
         lambda_: Boundary-penalty weight, both modes (0.1).
         gamma, window, direction: Paper mode only (0.8, 1, ``"both"``).
 

@@ -45,8 +45,8 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     evidence (its cosine to the query, less a penalty for crossing a topic boundary).
 
     By default (``mode="budget"``) it returns exactly as many nodes as it receives, or ``top_n``:
-    the best hits are kept and every other slot goes to the next hit or to a neighbour of a kept
-    node, whichever bids higher. ``mode="paper"`` applies the paper's rule to the incoming nodes
+    the best hits are kept and the other slots go to further nodes or to neighbours that continue
+    a chosen node, whichever set bids higher in total (see ``scar_core.selection``). ``mode="paper"`` applies the paper's rule to the incoming nodes
     (or the first ``top_n``) as seeds, and the count varies.
 
     Nodes come back passage by passage (passages by their best hit's rank, nodes in document
@@ -120,7 +120,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         default=None,
         ge=0.0,
         allow_inf_nan=False,
-        description="Budget mode: bonus of a continuing neighbour over the next hit (0.2).",
+        description="Budget mode: bonus of a continuing neighbour over the next hit (0.25).",
     )
     gamma: float | None = Field(
         default=None, gt=0.0, le=1.0, description="Paper mode: relative threshold (0.8)."

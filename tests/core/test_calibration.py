@@ -27,9 +27,9 @@ def test_the_suggestion_is_the_factor_times_the_mean_boundary_penalty(seed: int)
     rng = np.random.default_rng(seed)
     documents = [rng.normal(size=(int(rng.integers(2, 9)), 5)) for _ in range(3)]
     lists = [d.tolist() for d in documents]
-    assert suggest_continuity_bonus(documents) == naive(lists, 0.4)
+    assert suggest_continuity_bonus(documents) == naive(lists, 0.5)
     assert suggest_continuity_bonus(documents, factor=0.7) == naive(lists, 0.7)
-    assert suggest_continuity_bonus(documents[0]) == naive(lists[:1], 0.4)
+    assert suggest_continuity_bonus(documents[0]) == naive(lists[:1], 0.5)
 
 
 def test_pairs_never_span_two_documents_and_unusable_vectors_are_skipped() -> None:
