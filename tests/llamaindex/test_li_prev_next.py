@@ -45,8 +45,8 @@ def run(**settings: object) -> list:
 
 
 def test_budget_mode_spends_the_weakest_hit_on_the_continuation() -> None:
-    # keep = 1 (a2). Slot 2: a3 bids S + 0.2 = 1.10 > b1's 0.5. Slot 3: b1's 0.5 beats
-    # a1 (0.31) and a4 (0.18). c0 is outbid. Hits keep their scores; a3 gets cos 25°.
+    # keep = 2 (a2, b1). The third slot: a3 joined to a2 bids S + 0.25 = 1.15, above c0's 0.45
+    # and a1's 0.31 + 0.25 - 0.1 b. Hits keep their scores; a3 gets cos 25°.
     output = run()
     assert ids_and_scores(output) == [
         ("a2", 0.91),
