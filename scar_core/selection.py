@@ -217,31 +217,39 @@ def _passages(
     selected: Sequence[Selected], chunks: Mapping[str, Chunk]
 ) -> tuple[tuple[str, ...], ...]:
     """Group selected chunks into runs of linked chunks, best hit's rank first, document order."""
-    members = {s.chunk_id for s in selected}
+    ids = [s.chunk_id for s in selected]
     rank = {s.chunk_id: s.seed_rank for s in selected}
+    runs = _runs(ids, chunks, {c for c in ids if c in chunks})
+    return tuple(tuple(run) for run in sorted(runs, key=lambda run: min(rank[c] for c in run)))
 
-    def linked(chunk_id: str, direction: Step) -> str | None:
-        chunk = chunks.get(chunk_id)
-        target = chunk.step(direction) if chunk else None
-        return target if target in members else None
 
+def _runs(ids: Sequence[str], chunks: Mapping[str, Chunk], members: set[str]) -> list[list[str]]:
+    """Split ``ids`` into runs of linked chunks, each in document order.
+
+    Two members are linked when either names the other (``next`` or ``previous``); a chunk keeps
+    one link each way, so inconsistent or circular links still give simple runs. An id outside
+    ``members`` is a run of its own.
+    """
+    after: dict[str, str] = {}
+    before: dict[str, str] = {}
+    for chunk_id in (c for c in ids if c in members):
+        chunk = chunks[chunk_id]
+        for first, second in ((chunk_id, chunk.step("next")), (chunk.step("previous"), chunk_id)):
+            free = first not in after and second not in before
+            if free and first in members and second in members:
+                after[first], before[second] = second, first
     placed: set[str] = set()
-    runs: list[tuple[str, ...]] = []
-    for item in selected:
-        if item.chunk_id in placed:
+    runs: list[list[str]] = []
+    for head in [*(c for c in ids if c not in before), *ids]:  # then any cycle, anywhere
+        if head in placed:
             continue
-        head = item.chunk_id
-        seen = {head}
-        while (before := linked(head, "previous")) is not None and before not in seen:
-            head = before
-            seen.add(head)
         run = [head]
-        while (after := linked(run[-1], "next")) is not None and after not in run:
-            run.append(after)
-        run = [c for c in run if c not in placed]
-        placed.update(run)
-        runs.append(tuple(run))
-    return tuple(sorted(runs, key=lambda run: min(rank[c] for c in run)))
+        placed.add(head)
+        while (following := after.get(run[-1])) is not None and following not in placed:
+            run.append(following)
+            placed.add(following)
+        runs.append(run)
+    return runs
 
 
 def paper_expand(
@@ -330,7 +338,7 @@ def budget_select(
     ranked = list(dict.fromkeys(hits))[: settings.k]
     rank_of = {chunk_id: rank for rank, chunk_id in enumerate(ranked)}
     bids = _hit_relevance(ranked, scored)
-    candidates, distance, unscored = _candidates(ranked, chunks, scored, settings)
+    candidates, reach, unscored = _candidates(ranked, chunks, scored, settings)
     value = {c: bids[rank_of[c]] if c in rank_of else scored.relevance[c] for c in candidates}
     chains = _chains(candidates, chunks, scored)
     pair = {
@@ -351,8 +359,10 @@ def budget_select(
         for position, chunk_id in enumerate(chain):
             if chunk_id in rank_of:
                 continue
-            seed, via, steps = _nearest_hit(chain, position, rank_of, picked)
-            direction: Step = "next" if chain.index(seed) < position else "previous"
+            seed, via, direction, steps = reach[chunk_id]
+            if chunk_id in picked:  # its passage's nearest hit, which may not be the walk's
+                seed, via, steps = _nearest_hit(chain, position, rank_of, picked)
+                direction = "next" if chain.index(seed) < position else "previous"
             cosine = scored.boundary_cosine(via, chunk_id)
             score = expansion_score(scored.relevance[chunk_id], cosine, settings.lambda_)
             decision = Decision(
@@ -366,10 +376,14 @@ def budget_select(
                 )
     neighbours = sorted(
         (s for s in selected.values() if s.origin == "neighbor"),
-        key=lambda s: (s.seed_rank, distance.get(s.chunk_id, 0), s.chunk_id),
+        key=lambda s: (s.seed_rank, s.decision.distance if s.decision else 0, s.chunk_id),
     )
     chosen = tuple([selected[c] for c in taken] + neighbours)
     return Selection(chosen, _passages(chosen, chunks), tuple(decisions), tuple(unscored))
+
+
+#: How the walk first reached a neighbour: its retrieved chunk, the chunk beside it, the step.
+_Reach = tuple[str, str, Step, int]
 
 
 def _candidates(
@@ -377,80 +391,55 @@ def _candidates(
     chunks: Mapping[str, Chunk],
     scored: _Scored,
     settings: BudgetSettings,
-) -> tuple[list[str], dict[str, int], list[str]]:
+) -> tuple[list[str], dict[str, _Reach], list[str]]:
     """The retrieved chunks and the scored chunks within ``window`` steps of them.
 
     A walk stops at a chunk without a usable vector (listed as unscored) and grows from none.
+    Returns the candidates, how each neighbour was first reached, and the unscored chunks.
     """
-    distance = dict.fromkeys(ranked, 0)
+    seen = set(ranked)
+    reach: dict[str, _Reach] = {}
     unscored: list[str] = []
-    ring = [c for c in ranked if c in scored.units and c in chunks]
+    ring = [(c, c) for c in ranked if c in scored.units and c in chunks]
     for step in range(1, settings.window + 1):
-        if not ring:
-            break
-        reached: list[str] = []
-        for via in ring:
+        reached: list[tuple[str, str]] = []
+        for via, seed in ring:
             for direction in _steps(settings.direction):
                 target = chunks[via].step(direction)
-                if target is None or target in distance:
+                if target is None or target in seen:
                     continue
+                seen.add(target)
                 if target not in scored.units or target not in chunks:
-                    if target not in unscored:
-                        unscored.append(target)
+                    unscored.append(target)
                     continue
-                distance[target] = step
-                reached.append(target)
+                reach[target] = (seed, via, direction, step)
+                reached.append((target, seed))
         ring = reached
-    return list(distance), distance, unscored
+    return [*ranked, *reach], reach, unscored
 
 
 def _chains(
     candidates: Sequence[str], chunks: Mapping[str, Chunk], scored: _Scored
 ) -> list[list[str]]:
-    """Split the candidates into runs linked next to previous, each in document order.
+    """Split the candidates into runs of linked chunks (see :func:`_runs`).
 
     A chunk without a usable vector is a run of its own: no boundary can be measured across it.
     """
-    members = set(candidates)
-
-    def linked(chunk_id: str, direction: Step) -> str | None:
-        if chunk_id not in scored.units or chunk_id not in chunks:
-            return None
-        target = chunks[chunk_id].step(direction)
-        return target if target in members and target in scored.units else None
-
-    placed: set[str] = set()
-    chains: list[list[str]] = []
-    for chunk_id in candidates:
-        if chunk_id in placed:
-            continue
-        head = chunk_id
-        while (before := linked(head, "previous")) is not None and before not in placed:
-            if before == chunk_id:  # a cycle of links: start anywhere
-                break
-            head = before
-        chain = [head]
-        placed.add(head)
-        while (after := linked(chain[-1], "next")) is not None and after not in placed:
-            chain.append(after)
-            placed.add(after)
-        chains.append(chain)
-    return chains
+    usable = {c for c in candidates if c in scored.units and c in chunks}
+    return _runs(candidates, chunks, usable)
 
 
 def _nearest_hit(
     chain: Sequence[str], position: int, rank_of: Mapping[str, int], picked: set[str]
 ) -> tuple[str, str, int]:
-    """The retrieved chunk a neighbour belongs to, the chunk beside it on that side, and steps.
+    """The retrieved chunk a chosen neighbour belongs to, the chunk beside it on that side, steps.
 
-    A taken neighbour belongs to the nearest retrieved chunk of its own passage; one left out to
-    the nearest retrieved chunk on its chain. Equal distances go to the better rank.
+    That is the nearest retrieved chunk of its own passage; equal distances go to the better rank.
     """
-    inside = chain[position] in picked
     found: list[tuple[int, int, int]] = []
     for side in (-1, 1):
         index = position + side
-        while 0 <= index < len(chain) and (not inside or chain[index] in picked):
+        while 0 <= index < len(chain) and chain[index] in picked:
             if chain[index] in rank_of:
                 found.append((abs(index - position), rank_of[chain[index]], index))
                 break
@@ -475,55 +464,62 @@ def _chain_table(
     hit: Sequence[bool],
     forced: Sequence[bool],
     budget: int,
-) -> tuple[list[float], list[int], list[list[list[tuple[int, int] | None]]]]:
+) -> tuple[list[float], list[int], list[tuple[list[int], list[int], list[int]]]]:
     """The best total of each count of chunks taken from one chain, its end state and the moves.
 
     A run of taken chunks must hold a hit; a forced chunk must be taken. The lists run up to the
-    most chunks the chain can give.
+    most chunks the chain can give. ``moves[position][state][count]`` is the state before
+    ``position`` on the best way to ``state`` with ``count`` chunks taken.
     """
     if not any(hit):
-        return [0.0], [_OUT], [[[(0, _OUT), None, None]] for _ in chain]
+        return [0.0], [_OUT], []
     budget = min(budget, len(chain))
-    best = [[_NONE] * 3 for _ in range(budget + 1)]
-    best[0][_OUT] = 0.0
-    moves: list[list[list[tuple[int, int] | None]]] = []
+    out, opened, anchored = [0.0] + [_NONE] * budget, [_NONE] * (budget + 1), [_NONE] * (budget + 1)
+    moves: list[tuple[list[int], list[int], list[int]]] = []
     for position, chunk_id in enumerate(chain):
-        bonus = pair[(chain[position - 1], chunk_id)] if position else 0.0
-        new = [[_NONE] * 3 for _ in range(budget + 1)]
-        came: list[list[tuple[int, int] | None]] = [[None] * 3 for _ in range(budget + 1)]
+        alone = value[chunk_id]
+        joined = alone + (pair[(chain[position - 1], chunk_id)] if position else 0.0)
+        new_out, new_opened, new_anchored = ([_NONE] * (budget + 1) for _ in range(3))
+        came: tuple[list[int], list[int], list[int]] = ([_OUT] * (budget + 1),
+                                                        [_OUT] * (budget + 1),
+                                                        [_OUT] * (budget + 1))  # fmt: skip
         for count in range(min(position, budget) + 1):
-            for state in (_OUT, _OPEN, _ANCHORED):
-                total = best[count][state]
-                if total == _NONE:
-                    continue
-                if not forced[position] and state != _OPEN and total > new[count][_OUT]:
-                    new[count][_OUT], came[count][_OUT] = total, (count, state)
-                if count == budget:
-                    continue
-                gain = value[chunk_id] + (bonus if state != _OUT else 0.0)
-                after = _ANCHORED if hit[position] or state == _ANCHORED else _OPEN
-                if total + gain > new[count + 1][after]:
-                    new[count + 1][after], came[count + 1][after] = total + gain, (count, state)
-        best = new
+            left, open_run, held = out[count], opened[count], anchored[count]
+            if not forced[position]:  # leave it: ends a run, which must hold a hit
+                new_out[count], came[_OUT][count] = (
+                    (left, _OUT) if left >= held else (held, _ANCHORED)
+                )
+            if count == budget:
+                continue
+            if hit[position]:  # take it: the run now holds a hit
+                new_anchored[count + 1], came[_ANCHORED][count + 1] = max(
+                    (left + alone, _OUT), (open_run + joined, _OPEN), (held + joined, _ANCHORED)
+                )
+            else:
+                new_opened[count + 1], came[_OPEN][count + 1] = max(
+                    (left + alone, _OUT), (open_run + joined, _OPEN)
+                )
+                new_anchored[count + 1], came[_ANCHORED][count + 1] = held + joined, _ANCHORED
+        out, opened, anchored = new_out, new_opened, new_anchored
         moves.append(came)
-    ends = [_OUT if best[n][_OUT] >= best[n][_ANCHORED] else _ANCHORED for n in range(budget + 1)]
-    return [best[n][ends[n]] for n in range(budget + 1)], ends, moves
+    ends = [_OUT if out[n] >= anchored[n] else _ANCHORED for n in range(budget + 1)]
+    return [max(out[n], anchored[n]) for n in range(budget + 1)], ends, moves
 
 
 def _chain_pick(
     chain: Sequence[str],
-    moves: Sequence[Sequence[Sequence[tuple[int, int] | None]]],
+    moves: Sequence[tuple[list[int], list[int], list[int]]],
     state: int,
     count: int,
 ) -> list[str]:
     """Walk the moves back from ``state`` with ``count`` chunks taken at the chain's end."""
     picked: list[str] = []
     for position in range(len(chain) - 1, -1, -1):
+        before = moves[position][state][count]
         if state != _OUT:
             picked.append(chain[position])
-        move = moves[position][count][state]
-        assert move is not None  # the totals came from a move
-        count, state = move
+            count -= 1
+        state = before
     return picked
 
 

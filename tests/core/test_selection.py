@@ -319,3 +319,30 @@ def test_without_bonus_or_penalty_budget_mode_is_plain_top_k(seed: int) -> None:
         settings = BudgetSettings(k=k, continuity_bonus=0.0, lambda_=0.0)
         selection = budget_select(query, ranked, chunks, settings)
         assert sorted(selection.chunk_ids) == sorted(ranked[:k])
+
+
+@st.composite
+def tangled_graphs(draw):
+    """Chunks whose links disagree, loop, or point at chunks that are not there."""
+    size = draw(st.integers(2, 12))
+    names = [f"c{i}" for i in range(size)]
+    target = st.sampled_from([*names, "missing", None])
+    rng = np.random.default_rng(draw(st.integers(0, 10_000)))
+    chunks = {n: Chunk(n, rng.normal(size=4), draw(target), draw(target)) for n in names}
+    k = draw(st.integers(1, size))
+    return rng.normal(size=4), names, chunks, k, draw(st.integers(1, 3))
+
+
+@given(tangled_graphs())
+def test_inconsistent_or_circular_links_never_lose_a_hit(case) -> None:
+    query, names, chunks, k, window = case
+    settings = BudgetSettings(k=k, continuity_bonus=0.5, window=window)
+    selection = budget_select(query, names[:k], chunks, settings)
+    assert len(selection.chunk_ids) == len(set(selection.chunk_ids)) == k
+    assert set(names[: settings.kept]) <= set(selection.chunk_ids)
+    assert selection.chunk_ids == budget_select(query, names[:k], chunks, settings).chunk_ids
+    for item in selection.selected:
+        assert item.origin == "hit" or (item.decision is not None and item.decision.accepted)
+    paper = paper_expand(query, names[:k], chunks, PaperSettings(k=k, window=window, gamma=0.3))
+    assert set(names[:k]) <= set(paper.chunk_ids)
+    assert len(paper.chunk_ids) == len(set(paper.chunk_ids))
