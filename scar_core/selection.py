@@ -341,11 +341,10 @@ def budget_select(
     candidates, reach, unscored = _candidates(ranked, chunks, scored, settings)
     value = {c: bids[rank_of[c]] if c in rank_of else scored.relevance[c] for c in candidates}
     chains = _chains(candidates, chunks, scored)
+    linked = {edge: scored.boundary_cosine(*edge) for c in chains for edge in itertools.pairwise(c)}
     pair = {
-        (a, b): settings.continuity_bonus
-        - settings.lambda_ * boundary_penalty(scored.boundary_cosine(a, b))
-        for chain in chains
-        for a, b in itertools.pairwise(chain)
+        edge: settings.continuity_bonus - settings.lambda_ * boundary_penalty(cosine)
+        for edge, cosine in linked.items()
     }
     kept = set(ranked[: settings.kept])
     picked = _best_set(chains, value, pair, rank_of, kept, min(settings.k, len(candidates)))
@@ -361,9 +360,9 @@ def budget_select(
                 continue
             seed, via, direction, steps = reach[chunk_id]
             if chunk_id in picked:  # its passage's nearest hit, which may not be the walk's
-                seed, via, steps = _nearest_hit(chain, position, rank_of, picked)
-                direction = "next" if chain.index(seed) < position else "previous"
-            cosine = scored.boundary_cosine(via, chunk_id)
+                seed, via, direction, steps = _nearest_hit(chain, position, rank_of, picked)
+            known = linked.get((via, chunk_id), linked.get((chunk_id, via)))
+            cosine = scored.boundary_cosine(via, chunk_id) if known is None else known
             score = expansion_score(scored.relevance[chunk_id], cosine, settings.lambda_)
             decision = Decision(
                 chunk_id, seed, via, direction, steps, scored.relevance[chunk_id],
@@ -431,10 +430,11 @@ def _chains(
 
 def _nearest_hit(
     chain: Sequence[str], position: int, rank_of: Mapping[str, int], picked: set[str]
-) -> tuple[str, str, int]:
-    """The retrieved chunk a chosen neighbour belongs to, the chunk beside it on that side, steps.
+) -> _Reach:
+    """Where a chosen neighbour belongs: the nearest retrieved chunk of its own passage.
 
-    That is the nearest retrieved chunk of its own passage; equal distances go to the better rank.
+    Returns that chunk, the chunk beside the neighbour on its side, the direction from it to the
+    neighbour, and the steps between them. Equal distances go to the better rank.
     """
     found: list[tuple[int, int, int]] = []
     for side in (-1, 1):
@@ -445,11 +445,9 @@ def _nearest_hit(
                 break
             index += side
     _, _, index = min(found)
-    return (
-        chain[index],
-        chain[position - 1 if index < position else position + 1],
-        abs(index - position),
-    )
+    if index < position:
+        return chain[index], chain[position - 1], "next", position - index
+    return chain[index], chain[position + 1], "previous", index - position
 
 
 _NONE = -math.inf
