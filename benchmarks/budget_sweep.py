@@ -30,13 +30,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from keep_sweep import SETS  # the dev sets, laid out as in --bench
+from keep_sweep import SETS, dev_embedder, document_vectors  # the dev sets, as in --bench
 
 from scar_core import suggest_continuity_bonus
 from scar_core.cache import EmbeddingCache
 from scar_core.eval import (
     create_method,
-    embedder_for,
     load_benchmark,
     prepare_benchmark,
     run_methods,
@@ -75,13 +74,7 @@ def measure(args: argparse.Namespace) -> dict:
         return segments, scores
 
     dsrag.rse.get_best_segments = counting
-    if args.model == "m2v":
-        sys.path.insert(0, str(Path(__file__).parent))
-        from distill_model2vec import M2VEmbedder
-
-        embedder = M2VEmbedder()
-    else:
-        embedder = embedder_for(args.model)
+    embedder = dev_embedder(args.model)
     cache = EmbeddingCache(args.cache_dir)
     budgets = [int(b) for b in args.budgets.split(",")]
     table: dict = json.loads(args.out.read_text()) if args.only and args.out.exists() else {}
@@ -91,10 +84,7 @@ def measure(args: argparse.Namespace) -> dict:
         benchmark = load_benchmark(args.bench / benchmark_file, args.bench / corpus)
         prepared = prepare_benchmark(benchmark, embedder, cache=cache, show_progress=False)
         masks = {g: prepared.group_mask(g) for g in GROUPS}
-        vectors = np.array([node.vector for node in prepared.nodes])
-        suggested = suggest_continuity_bonus(
-            [vectors[a:b] for a, b in prepared.corpus.rows_of_document.values()]
-        )
+        suggested = suggest_continuity_bonus(document_vectors(prepared))
         table.setdefault(name, {})["_n"] = {g: int(m.sum()) for g, m in masks.items()}
         table[name]["_suggested"] = suggested
         alphas = [float(a) for a in args.alphas.split(",")] + [suggested]

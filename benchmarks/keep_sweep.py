@@ -20,8 +20,13 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from scar_core.cache import EmbeddingCache
+from scar_core.embedders import Embedder
 from scar_core.eval import (
+    PreparedBenchmark,
     create_method,
     embedder_for,
     load_benchmark,
@@ -35,6 +40,26 @@ SETS = {
     "contractnli": ("legalbench-rag/benchmarks/contractnli.json", "legalbench-rag/corpus"),
     "paper4_dev": ("paper4/paper4_dev.json", "paper4/corpus"),
 }
+
+
+def dev_embedder(model: str | None) -> Embedder:
+    """The embedder of a benchmark run.
+
+    ``None`` or ``"minilm"``: the bundled MiniLM; ``"m2v"``: the model2vec model distilled by
+    ``distill_model2vec.py`` into ``$SCAR_M2V_DIR``; anything else: a ``scar eval --model`` spec.
+    """
+    if model == "m2v":
+        from distill_model2vec import M2VEmbedder  # beside this file
+
+        return M2VEmbedder()
+    return embedder_for(None if model == "minilm" else model)
+
+
+def document_vectors(prepared: PreparedBenchmark) -> list[npt.NDArray[np.float64]]:
+    """Each document's chunk vectors in document order (what ``suggest_continuity_bonus`` takes)."""
+    vectors = np.array([node.vector for node in prepared.nodes])
+    return [vectors[a:b] for a, b in prepared.corpus.rows_of_document.values()]
+
 
 #: Candidate rules for default_keep(K), compared in the last table.
 CANDIDATES = {

@@ -27,13 +27,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from keep_sweep import SETS  # the dev sets, laid out as in --bench
+from keep_sweep import SETS, dev_embedder, document_vectors  # the dev sets, as in --bench
 
 from scar_core import suggest_continuity_bonus
 from scar_core.cache import EmbeddingCache
 from scar_core.eval import (
     create_method,
-    embedder_for,
     load_benchmark,
     prepare_benchmark,
     run_methods,
@@ -47,27 +46,16 @@ LAMBDAS = (DEFAULT_LAMBDA * 0.75, DEFAULT_LAMBDA * 1.25)  # ± 25 % (the α grid
 MODELS = ("minilm", "m2v")
 
 
-def embedder(model: str):
-    if model == "m2v":
-        sys.path.insert(0, str(Path(__file__).parent))
-        from distill_model2vec import M2VEmbedder
-
-        return M2VEmbedder()
-    return embedder_for(None)
-
-
 def measure(args: argparse.Namespace) -> dict:
     cache = EmbeddingCache(args.cache_dir)
     table: dict = {}
     for model in MODELS:
-        chosen = embedder(model)
+        chosen = dev_embedder(model)
         for name, (benchmark_file, corpus) in SETS.items():
             started = time.perf_counter()
             benchmark = load_benchmark(args.bench / benchmark_file, args.bench / corpus)
             prepared = prepare_benchmark(benchmark, chosen, cache=cache, show_progress=False)
-            vectors = np.array([node.vector for node in prepared.nodes])
-            documents = [vectors[a:b] for a, b in prepared.corpus.rows_of_document.values()]
-            penalty = suggest_continuity_bonus(documents, factor=1.0)
+            penalty = suggest_continuity_bonus(document_vectors(prepared), factor=1.0)
             entry = table.setdefault(model, {}).setdefault(name, {"mean_penalty": penalty})
             alphas = sorted({*ALPHAS, *(round(f * penalty, 3) for f in FACTORS)})
             for b in BUDGETS:
