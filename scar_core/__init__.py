@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from scar_core.calibration import suggest_continuity_bonus
-from scar_core.driver import QueryDriver
+from scar_core.driver import QueryDriver, distinct_ids
 from scar_core.errors import (
     DataFormatError,
     EmbeddingError,
@@ -64,6 +64,7 @@ __all__ = [
     "budget_select",
     "chunk_id_for",
     "default_keep",
+    "distinct_ids",
     "expansion_score",
     "link_sequence",
     "paper_expand",

@@ -17,7 +17,7 @@ the selection is exactly what :func:`scar_core.selection.select` gives on the fu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 import numpy.typing as npt
 
@@ -25,7 +25,34 @@ from scar_core.scoring import unit_vector
 from scar_core.selection import Chunk, Selection, _steps, select
 from scar_core.settings import BudgetSettings, PaperSettings
 
-__all__ = ["QueryDriver"]
+__all__ = ["UNSTORED_HIT_PREFIX", "QueryDriver", "distinct_ids"]
+
+#: Prefix of the ids :func:`distinct_ids` makes for hits without an id of their own; the driver
+#: never asks a store for them.
+UNSTORED_HIT_PREFIX = "scar-hit-"
+
+
+def distinct_ids(hits: Sequence[tuple[str | None, Hashable]]) -> list[str]:
+    """Return one id per retrieved chunk, such that distinct chunks never share one.
+
+    Args:
+        hits: Each retrieved chunk's id (``None`` if it has none) and a key of its content (its
+            text and metadata, say), best first.
+
+    Returns:
+        The ids, in order. Hits with the same id and the same content are one chunk and share
+        the id (the driver keeps the first). A hit without an id, or whose id an earlier,
+        different hit already holds, gets its own: ``"scar-hit-<rank>"``, then ``":<id>"`` if it
+        had one. So no retrieved chunk is ever merged into another and lost.
+    """
+    first_content: dict[str, Hashable] = {}
+    ids = []
+    for rank, (chunk_id, content) in enumerate(hits):
+        if chunk_id and first_content.setdefault(chunk_id, content) == content:
+            ids.append(chunk_id)
+        else:
+            ids.append(f"{UNSTORED_HIT_PREFIX}{rank}" + (f":{chunk_id}" if chunk_id else ""))
+    return ids
 
 
 class QueryDriver:
@@ -78,7 +105,8 @@ class QueryDriver:
             and target not in self.missing
         }
         if self._distance == 0:
-            ring = {h: None for h in self.hit_ids if self.chunks[h].vector is None} | ring
+            unread = [h for h in self.hit_ids if self.chunks[h].vector is None]
+            ring = {h: None for h in unread if not h.startswith(UNSTORED_HIT_PREFIX)} | ring
         self._asked = list(ring)
         if not self._asked:
             self._ring = []

@@ -16,6 +16,7 @@ __all__ = [
     "NeighborFetchError",
     "ScarError",
     "missing_dependency",
+    "unfilterable_store_error",
 ]
 
 
@@ -59,4 +60,25 @@ def missing_dependency(package: str, extra: str) -> MissingDependencyError:
     """
     return MissingDependencyError(
         f"{package!r} is not installed. Install it with: pip install 'scar-retrieval[{extra}]'"
+    )
+
+
+def unfilterable_store_error(store: str, why: str) -> InvalidSettingsError:
+    """Build the error for a search filter that SCAR cannot apply to the neighbours it reads.
+
+    Both adapters raise it, so that the choices read the same in LangChain and LlamaIndex.
+
+    Args:
+        store: The store's class name.
+        why: Why SCAR cannot apply the filter (the store, or the filter's form).
+
+    Returns:
+        An error naming the store, the reason and the two ways forward.
+    """
+    return InvalidSettingsError(
+        f"SCAR cannot apply the search's filter to the neighbours it reads from {store}: {why}. "
+        "A neighbour read without the filter could be a chunk the search itself may not return, "
+        "so SCAR refuses. Either pass neighbor_filter=<a function of a chunk's metadata that "
+        "returns True for chunks this query may see>, which SCAR applies to every neighbour, or "
+        "pass allow_unfiltered_neighbors=True if no filter guards access to this store's chunks."
     )

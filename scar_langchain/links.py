@@ -8,17 +8,21 @@ that keeps metadata keeps the links too.
 from __future__ import annotations
 
 import itertools
+import json
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 from langchain_core.documents import Document
 
 from scar_core.errors import DataFormatError
-from scar_core.links import ChunkLinks, link_sequence
+from scar_core.links import ChunkLinks, chunk_id_for, link_sequence
 
 __all__ = [
     "CHUNK_ID_KEY",
     "DOCUMENT_ID_KEY",
+    "LINK_KEYS",
+    "MAX_LEADING_OFFSET",
     "NEXT_ID_KEY",
     "POSITION_KEY",
     "PREVIOUS_ID_KEY",
@@ -63,21 +67,34 @@ def linked_metadata(metadata: dict[str, Any], links: ChunkLinks) -> dict[str, An
     return kept | {key: value for key, value in added.items() if value is not None}
 
 
+#: The keys :func:`link_chunks` writes; they take no part in a chunk's id.
+LINK_KEYS = frozenset({CHUNK_ID_KEY, DOCUMENT_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY})
+#: A document's first chunk in a call may start this far in (leading whitespace the splitter
+#: stripped); further in, the chunks before it were left out of the call.
+MAX_LEADING_OFFSET = 16
+
+
 def link_chunks(
     documents: Iterable[Document], *, document_id_key: str = "source"
 ) -> list[Document]:
-    """Give split chunks stable ids and previous/next links, ready for a vector store.
+    """Give split chunks ids that cannot collide and previous/next links, ready for a store.
 
     Chunks are grouped by ``metadata[document_id_key]`` and keep, inside a document, the order in
     which they arrive (the order a splitter emits them). Each chunk gets, in a copy of its
-    metadata, its id (a UUID-5 of the document id and position, so re-ingesting gives the same
-    ids), its document id, its position and the ids of its previous and next chunks;
+    metadata, its id, its document id, its position and the ids of its previous and next chunks;
     ``Document.id`` is set to the chunk id. Where the splitter recorded ``start_index`` and it
     goes backwards inside one document id (the next page of a PDF, say), the chain is cut there.
 
+    The id is a UUID-5 of the document id, the chunk's text and its metadata
+    (:func:`scar_core.links.chunk_id_for`): re-ingesting the same chunks gives the same ids, so a
+    re-run overwrites each chunk with itself, while another file with the same name, the same
+    file uploaded by another tenant (other metadata) or another batch never overwrites a chunk.
+
     Args:
         documents: Chunks in reading order, as a splitter returns them. Pass all the chunks of a
-            document in one call: positions restart at zero on every call.
+            document in one call: a document whose first chunk here starts further in than
+            :data:`MAX_LEADING_OFFSET` characters (``start_index``) is refused, as the chunks
+            before it, in another call, could not be linked to it.
         document_id_key: Metadata key naming each chunk's document (LangChain's loaders write
             ``"source"``).
 
@@ -86,7 +103,8 @@ def link_chunks(
         ``vectorstore.add_documents(chunks, ids=[c.id for c in chunks])``.
 
     Raises:
-        DataFormatError: If a chunk has no usable ``metadata[document_id_key]``.
+        DataFormatError: If a chunk has no usable ``metadata[document_id_key]``, or a document's
+            chunks do not start at its beginning.
 
     Example:
         >>> chunks = link_chunks([Document("One.", metadata={"source": "a"}),
@@ -107,16 +125,34 @@ def link_chunks(
         members.setdefault(str(value), []).append(index)
     linked: dict[int, Document] = {}
     for document_id, indices in members.items():
-        starts = [(inputs[i].metadata or {}).get("start_index") for i in indices]
+        own = [{k: v for k, v in (inputs[i].metadata or {}).items() if k not in LINK_KEYS}
+               for i in indices]  # fmt: skip
+        starts = [metadata.get("start_index") for metadata in own]
+        if isinstance(starts[0], int) and starts[0] > MAX_LEADING_OFFSET:
+            raise DataFormatError(
+                f"document {document_id!r} starts at start_index={starts[0]} in this call: its "
+                "earlier chunks were not passed, so they cannot be linked to these. Pass all "
+                f"the chunks of {document_id!r} to one link_chunks call (link_store links a "
+                "store's chunks in place), or give each batch its own document id."
+            )
         joins = [
             not (isinstance(a, int) and isinstance(b, int) and b <= a)
             for a, b in itertools.pairwise(starts)
         ]
-        for index, links in zip(
-            indices, link_sequence(document_id, len(indices), joins), strict=True
+        seen: Counter[str] = Counter()
+        ids = []
+        for index, metadata in zip(indices, own, strict=True):
+            content = json.dumps(
+                [inputs[index].page_content, metadata], sort_keys=True, default=str
+            )
+            ids.append(
+                chunk_id_for(document_id, inputs[index].page_content, metadata, seen[content])
+            )
+            seen[content] += 1
+        for index, metadata, links in zip(
+            indices, own, link_sequence(document_id, ids, joins), strict=True
         ):
-            metadata = (inputs[index].metadata or {}) | {CHUNK_ID_KEY: links.chunk_id}
-            metadata = linked_metadata(metadata, links)
+            metadata = linked_metadata(metadata | {CHUNK_ID_KEY: links.chunk_id}, links)
             linked[index] = Document(
                 inputs[index].page_content, id=links.chunk_id, metadata=metadata
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from langchain_core.callbacks import (
@@ -18,8 +18,8 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from scar_core.cache import EmbeddingCache
-from scar_core.driver import QueryDriver
-from scar_core.errors import InvalidSettingsError, NeighborFetchError
+from scar_core.driver import QueryDriver, distinct_ids
+from scar_core.errors import InvalidSettingsError, NeighborFetchError, unfilterable_store_error
 from scar_core.passages import stitch
 from scar_core.selection import Chunk
 from scar_core.settings import DEFAULT_K, BudgetSettings, Direction, PaperSettings
@@ -61,13 +61,26 @@ class SCARRetriever(BaseRetriever):
         vectorstore: The store to search; its ``embeddings`` embed the query.
         k: Chunks returned (budget mode) or seeds expanded (paper mode). Default 4.
         mode: ``"budget"`` (default) or ``"paper"``.
-        search_kwargs: Passed to the store's search, e.g. ``{"filter": ...}``.
+        search_kwargs: Passed to the store's search, e.g. ``{"filter": ...}``; the filter
+            applies to every neighbour SCAR reads too (see "Filters" below).
         merge_passages: Return each passage as one stitched Document (at most ``k`` of them,
             holding exactly ``k`` chunks in budget mode).
         keep, continuity_bonus: Budget mode only: hits always kept (default 2)
             and the bonus a continuing neighbour gets (0.25, for MiniLM-scale cosines).
         lambda_: Boundary-penalty weight, both modes (0.1).
         gamma, window, direction: Paper mode only (0.8, 1, ``"both"``).
+        neighbor_filter: A function of a chunk's metadata that says whether this retriever may
+            return it; applied to every neighbour, on top of the search's filter.
+        allow_unfiltered_neighbors: Read neighbours of a store whose filter SCAR cannot apply
+            to reads by id, without that filter. Only for stores where no filter guards access.
+
+    Filters:
+        SCAR never returns a chunk that the search, with the same ``search_kwargs``, could not
+        return: the search's ``filter`` (and Chroma's ``where_document``) restricts every read of
+        neighbours, natively, on InMemory, FAISS, PGVector, Chroma and Qdrant. A neighbour the
+        filter excludes counts as missing, and a passage ends there. On any other store, a
+        search argument that may restrict the search is refused with the two ways forward
+        (``neighbor_filter`` or ``allow_unfiltered_neighbors``), never dropped silently.
 
     Instantiate:
         .. code-block:: python
@@ -83,6 +96,7 @@ class SCARRetriever(BaseRetriever):
 
             docs = retriever.invoke("How long is CCTV footage kept?")
             docs = retriever.invoke("...", k=5)  # another budget for one call
+            docs = retriever.invoke("...", filter=tenant_filter)  # search_kwargs | kwargs
 
     Use within a chain:
         .. code-block:: python
@@ -105,6 +119,12 @@ class SCARRetriever(BaseRetriever):
     direction: Direction | None = None
     embedding_cache: EmbeddingCache | None = Field(
         default=None, description="Where embedded chunk vectors are kept (default on disk)."
+    )
+    neighbor_filter: Callable[[dict[str, Any]], bool] | None = Field(
+        default=None, description="Whether a neighbour may be returned, from its metadata."
+    )
+    allow_unfiltered_neighbors: bool = Field(
+        default=False, description="Read neighbours without a filter SCAR cannot apply."
     )
 
     _reader: StoreReader = PrivateAttr()
@@ -135,7 +155,18 @@ class SCARRetriever(BaseRetriever):
             )
         self._settings(self.k)  # range checks the pydantic constraints cannot express
         self._reader = reader_for(self.vectorstore)
+        self._check_filter(self.search_kwargs)
         return self
+
+    def _check_filter(self, search: dict[str, Any]) -> None:
+        """Refuse search arguments that restrict the search but that SCAR cannot apply to reads."""
+        unapplied = self._reader.unapplied(search)
+        if unapplied and self.neighbor_filter is None and not self.allow_unfiltered_neighbors:
+            known = sorted(self._reader.applies) or "none"
+            raise unfilterable_store_error(
+                type(self.vectorstore).__name__,
+                f"it applies {known} of the search's arguments to reads by id, not {unapplied}",
+            )
 
     def _settings(self, k: int) -> BudgetSettings | PaperSettings:
         names = ("lambda_", *(_PAPER_ONLY if self.mode == "paper" else _BUDGET_ONLY))
@@ -151,14 +182,14 @@ class SCARRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        k = self._call_k(kwargs)
+        k, search = self._call(kwargs)
         vector = self.vectorstore.embeddings.embed_query(query)  # type: ignore[union-attr]
-        hits = self.vectorstore.similarity_search_by_vector(vector, k=k, **self.search_kwargs)
+        hits = self.vectorstore.similarity_search_by_vector(vector, k=k, **search)
         driver, documents = self._start(vector, hits, k)
         embedded = 0
         while ids := driver.wanted():
             try:
-                found = self._reader.read(ids)
+                found = self._reader.read(ids, search)
             except Exception as error:
                 raise self._fetch_error(ids, error) from error
             embedded += self._receive(driver, found, documents)
@@ -167,16 +198,14 @@ class SCARRetriever(BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        k = self._call_k(kwargs)
+        k, search = self._call(kwargs)
         vector = await self.vectorstore.embeddings.aembed_query(query)  # type: ignore[union-attr]
-        hits = await self.vectorstore.asimilarity_search_by_vector(
-            vector, k=k, **self.search_kwargs
-        )
+        hits = await self.vectorstore.asimilarity_search_by_vector(vector, k=k, **search)
         driver, documents = self._start(vector, hits, k)
         embedded = 0
         while ids := driver.wanted():
             try:
-                found = await self._reader.aread(ids)
+                found = await self._reader.aread(ids, search)
             except Exception as error:
                 raise self._fetch_error(ids, error) from error
             embedded += self._receive(driver, found, documents)
@@ -184,23 +213,26 @@ class SCARRetriever(BaseRetriever):
 
     # The steps both shells share.
 
-    def _call_k(self, kwargs: dict[str, Any]) -> int:
-        unknown = set(kwargs) - {"k"}
-        if unknown:
+    def _call(self, kwargs: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Return one call's budget and search arguments (``search_kwargs | kwargs``, k apart)."""
+        settings = sorted(set(kwargs) & set(type(self).model_fields) - {"k"})
+        if settings:
             raise InvalidSettingsError(
-                f"invoke() got {sorted(unknown)}; only k=... may change per call. Set other "
-                "settings on the retriever (search filters go in search_kwargs)."
+                f"invoke() got {settings}; of SCAR's settings only k=... may change per call "
+                "(other keyword arguments go to the search, as search_kwargs do). Set the "
+                "others on the retriever."
             )
-        k = kwargs.get("k", self.k)
+        search = self.search_kwargs | kwargs
+        k = search.pop("k", self.k)
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InvalidSettingsError(f"k={k!r} is not valid; it must be an integer >= 1.")
-        return k
+        self._check_filter(search)
+        return k, search
 
     def _start(
         self, vector: Sequence[float], hits: list[Document], k: int
     ) -> tuple[QueryDriver, dict[str, Document]]:
-        for rank, document in enumerate(hits):
-            document.id = chunk_id_of(document) or f"scar-unidentified-hit-{rank}"
+        hit_ids = distinct_ids([(chunk_id_of(d), _content_key(d)) for d in hits])
         if hits and not any(any(links_of(d.metadata)) for d in hits) and not self._warned_unlinked:
             self._warned_unlinked = True
             warnings.warn(
@@ -210,11 +242,20 @@ class SCARRetriever(BaseRetriever):
                 "scar_langchain.link_store(...).",
                 stacklevel=4,
             )
-        chunks = [Chunk(d.id or "", None, *links_of(d.metadata)) for d in hits]
-        return QueryDriver(vector, chunks, self._settings(k)), {d.id or "": d for d in hits}
+        chunks = [Chunk(i, None, *links_of(d.metadata)) for i, d in zip(hit_ids, hits, strict=True)]
+        documents = dict(zip(reversed(hit_ids), reversed(hits), strict=True))  # the first wins
+        return QueryDriver(vector, chunks, self._settings(k)), documents
 
     def _receive(self, driver: QueryDriver, found: Found, documents: dict[str, Document]) -> int:
-        """Hand one read to the driver, embedding the chunks the store gave no vector for."""
+        """Hand one read to the driver, embedding the chunks the store gave no vector for.
+
+        A neighbour that ``neighbor_filter`` refuses is left out, so it counts as missing.
+        """
+        if self.neighbor_filter is not None:
+            allowed = self.neighbor_filter
+            found = {
+                i: f for i, f in found.items() if i in driver.hit_ids or allowed(f[0].metadata)
+            }
         lacking = [i for i, (_, vector) in found.items() if vector is None]
         texts = [found[i][0].page_content for i in lacking]
         embedded = dict(zip(lacking, self._embed(texts), strict=True)) if lacking else {}
@@ -271,8 +312,13 @@ class SCARRetriever(BaseRetriever):
                 if record.decision is not None:
                     trace["scar_decision"] = {n: getattr(record.decision, n) for n in _DECISION}
                 metadata = dict(chunk.metadata) | common | trace
-                out.append(Document(chunk.page_content, id=chunk_id, metadata=metadata))
+                out.append(Document(chunk.page_content, id=chunk.id or chunk_id, metadata=metadata))
         return out
+
+
+def _content_key(document: Document) -> str:
+    """What tells two hits with one id apart: their text and metadata."""
+    return repr((document.page_content, sorted(document.metadata.items(), key=str)))
 
 
 def _embedding_key(embeddings: Embeddings) -> str:

@@ -1,13 +1,25 @@
-"""Read chunks and their stored vectors from a LangChain vector store, and write their metadata.
+"""Read chunks and their stored vectors from a LangChain vector store, under the search's filter.
 
 One small reader per store, chosen by the store's type (its package is imported only then).
-``read(ids)`` returns, in one batched call, the documents found and their stored vectors:
-``InMemoryVectorStore`` from its ``store`` dict, FAISS by ``index.reconstruct``, PGVectorStore and
-Chroma through ``get(ids, include=["embeddings", ...])``, Qdrant through ``client.retrieve(...,
-with_vectors=True)``. Any other store is read with ``get_by_ids``, without vectors: the retriever
-then embeds each text once, through its cache, and warns. Readers of these five stores also
-``scan()`` all chunks and ``write`` metadata through the store's own update or upsert, keeping
-texts and vectors (for :func:`~scar_langchain.link_store`). ``docs/stores.md`` has the matrix.
+``read(ids, search_kwargs)`` returns, in one batched call, the chunks among ``ids`` that the
+store holds **and that its search, given the same ``search_kwargs``, could return**, with their
+stored vectors:
+
+=====================  ==========================================================================
+store                  read
+=====================  ==========================================================================
+InMemoryVectorStore    its ``store`` dict; ``filter`` (a callable) called as its search calls it
+FAISS                  the docstore, vectors by ``index.reconstruct_batch``; ``filter`` (dict or
+                       callable) evaluated by FAISS's own filter function
+PGVectorStore          ``get(ids, where=filter, include=[...])``, the search's filter clause
+Chroma                 ``get(ids, where=filter, where_document=..., include=[...])``
+QdrantVectorStore      ``client.scroll`` with the search's ``filter`` and a ``HasIdCondition``
+any other store        ``get_by_ids``, without vectors, and with no filter it can apply
+=====================  ==========================================================================
+
+A reader lists the ``search_kwargs`` it applies (:attr:`StoreReader.applies`); any other key that
+may restrict what a search returns is reported by :meth:`StoreReader.unapplied`, and the
+retriever refuses to read neighbours past it. ``docs/stores.md`` has the matrix.
 """
 
 from __future__ import annotations
@@ -24,10 +36,16 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 from scar_core.errors import InvalidSettingsError
 from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
 
-__all__ = ["Found", "StoreReader", "reader_for"]
+__all__ = ["NOT_RESTRICTING", "Found", "StoreReader", "reader_for"]
 
 #: ``{chunk id: (document, stored vector or None)}``.
 Found = dict[str, tuple[Document, Any]]
+
+#: Search keyword arguments that change how a search ranks or how many hits it fetches, but never
+#: which chunks it may return; a reader need not apply them to neighbours.
+NOT_RESTRICTING = frozenset(
+    {"fetch_k", "score_threshold", "search_params", "consistency", "offset", "lambda_mult"}
+)
 
 
 def _found(rows: Iterable[tuple[Any, str | None, dict[str, Any] | None, Any]]) -> Found:
@@ -39,7 +57,7 @@ def _found(rows: Iterable[tuple[Any, str | None, dict[str, Any] | None, Any]]) -
 
 
 class StoreReader:
-    """The default reader: documents through ``get_by_ids``, no vectors, no listing.
+    """The default reader: documents through ``get_by_ids``, no vectors, no filter, no listing.
 
     Args:
         store: The vector store to read from.
@@ -47,21 +65,33 @@ class StoreReader:
 
     #: Whether reads are in-process lookups, answered without a worker thread on the async path.
     in_process = False
+    #: The search keyword arguments this reader applies to every read, as the search does.
+    applies: frozenset[str] = frozenset()
 
     def __init__(self, store: VectorStore) -> None:
         self.store: Any = store
 
-    def read(self, ids: Sequence[str]) -> Found:
-        """Return ``{id: (document, vector or None)}`` for the ids the store holds."""
+    def unapplied(self, search_kwargs: dict[str, Any]) -> list[str]:
+        """Return the keys of ``search_kwargs`` that may restrict a search but not this read."""
+        return sorted(set(search_kwargs) - self.applies - NOT_RESTRICTING)
+
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
+        """Return ``{id: (document, vector or None)}`` for the ids the store holds.
+
+        Args:
+            ids: The chunk ids to read.
+            search_kwargs: The search's keyword arguments; the keys in :attr:`applies` restrict
+                the read exactly as they restrict the search.
+        """
         return {d.id: (d, None) for d in self.store.get_by_ids(list(ids)) if d.id}
 
-    async def aread(self, ids: Sequence[str]) -> Found:
+    async def aread(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
         """Async :meth:`read`: the store's async API where it has one, else a worker thread."""
         if self.in_process:
-            return self.read(ids)
+            return self.read(ids, search_kwargs)
         if type(self) is StoreReader:
             return {d.id: (d, None) for d in await self.store.aget_by_ids(list(ids)) if d.id}
-        return await asyncio.to_thread(self.read, ids)
+        return await asyncio.to_thread(self.read, ids, search_kwargs)
 
     def scan(self) -> Found:
         """Return every chunk the store holds (with the vectors :meth:`write` needs).
@@ -82,11 +112,14 @@ class StoreReader:
 
 class _InMemoryReader(StoreReader):
     in_process = True
+    applies = frozenset({"filter"})
 
-    def read(self, ids: Sequence[str]) -> Found:
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
         rows = self.store.store
         fields = ("text", "metadata", "vector")
-        return _found((i, *(rows[i][field] for field in fields)) for i in ids if i in rows)
+        found = _found((i, *(rows[i][field] for field in fields)) for i in ids if i in rows)
+        allowed = search_kwargs.get("filter")  # the search calls it on a Document, as here
+        return found if allowed is None else {i: f for i, f in found.items() if allowed(f[0])}
 
     def scan(self) -> Found:
         return self.read(list(self.store.store))
@@ -98,15 +131,19 @@ class _InMemoryReader(StoreReader):
 
 class _FaissReader(StoreReader):
     in_process = True
+    applies = frozenset({"filter"})
     _rows: tuple[int, int, dict[str, int]] = (0, -1, {})  # (mapping's id, size, chunk id -> row)
 
-    def read(self, ids: Sequence[str]) -> Found:
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
         mapping: dict[int, str] = self.store.index_to_docstore_id
         if self._rows[:2] != (id(mapping), len(mapping)):  # chunks were added or deleted
             self._rows = (id(mapping), len(mapping), {c: row for row, c in mapping.items()})
         rows = self._rows[2]
         documents = {i: self.store.docstore.search(i) for i in ids if i in rows}
         found = [i for i, d in documents.items() if isinstance(d, Document)]
+        if search_kwargs.get("filter") is not None:  # FAISS's own evaluation of its filter
+            allowed = self.store._create_filter_func(search_kwargs["filter"])
+            found = [i for i in found if allowed(documents[i].metadata)]
         if not found:
             return {}
         vectors = self.store.index.reconstruct_batch(np.array([rows[i] for i in found]))
@@ -142,13 +179,22 @@ def _from_get(result: dict[str, Any]) -> Found:
 
 
 class _PGVectorReader(StoreReader):
-    def read(self, ids: Sequence[str]) -> Found:
-        return _from_get(self.store.get(ids=list(ids), include=_GET_INCLUDE))
+    """``get`` by ids; its ``where`` takes the search's ``filter`` through the same clause builder."""
 
-    async def aread(self, ids: Sequence[str]) -> Found:
+    applies = frozenset({"filter"})
+
+    def _where(self, search_kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {"where": search_kwargs.get("filter")}
+
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
+        where = self._where(search_kwargs)
+        return _from_get(self.store.get(ids=list(ids), include=_GET_INCLUDE, **where))
+
+    async def aread(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
         if not hasattr(self.store, "aget"):  # Chroma
-            return await asyncio.to_thread(self.read, ids)
-        return _from_get(await self.store.aget(ids=list(ids), include=_GET_INCLUDE))
+            return await asyncio.to_thread(self.read, ids, search_kwargs)
+        where = self._where(search_kwargs)
+        return _from_get(await self.store.aget(ids=list(ids), include=_GET_INCLUDE, **where))
 
     def scan(self) -> Found:
         return _from_get(self.store.get(include=_GET_INCLUDE))
@@ -164,6 +210,14 @@ class _PGVectorReader(StoreReader):
 
 
 class _ChromaReader(_PGVectorReader):
+    """``get`` by ids with the search's ``filter`` as ``where`` and its ``where_document``."""
+
+    applies = frozenset({"filter", "where_document"})
+
+    def _where(self, search_kwargs: dict[str, Any]) -> dict[str, Any]:
+        where = {"where": search_kwargs.get("filter")}
+        return where | {"where_document": search_kwargs.get("where_document")}
+
     def write(self, found: Found) -> None:
         # ``update`` merges metadata; a None value deletes a key (a link that went away).
         unlinked = {PREVIOUS_ID_KEY: None, NEXT_ID_KEY: None}
@@ -177,6 +231,10 @@ def _point_id(chunk_id: str) -> int | str:
 
 
 class _QdrantReader(StoreReader):
+    """``scroll`` over the points that have one of the ids and match the search's ``filter``."""
+
+    applies = frozenset({"filter"})
+
     def _points(self, points: Iterable[Any], hit_keys: bool = False) -> Found:
         """``Found`` from points; ``hit_keys`` adds the metadata keys the store's search adds."""
         s, rows = self.store, []
@@ -189,9 +247,18 @@ class _QdrantReader(StoreReader):
             rows.append((p.id, payload.get(s.content_payload_key), metadata, vector))
         return _found(rows)
 
-    def read(self, ids: Sequence[str]) -> Found:
-        points = self.store.client.retrieve(
-            self.store.collection_name, [_point_id(i) for i in ids], with_vectors=True
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
+        from qdrant_client import models
+
+        conditions: list[Any] = [models.HasIdCondition(has_id=[_point_id(i) for i in ids])]
+        if search_kwargs.get("filter") is not None:  # a models.Filter, as the search takes it
+            conditions.append(search_kwargs["filter"])
+        points, _ = self.store.client.scroll(
+            self.store.collection_name,
+            scroll_filter=models.Filter(must=conditions),
+            limit=len(ids),
+            with_payload=True,
+            with_vectors=[self.store.vector_name],
         )
         return self._points(points, hit_keys=True)
 

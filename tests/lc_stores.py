@@ -89,7 +89,7 @@ class CountingEmbeddings(Embeddings):
         return self.embed_query(text)
 
 
-#: Store round trips SCAR made (``get``/``aget``/``retrieve`` calls), by store kind, and by
+#: Store round trips SCAR made (``get``/``aget``/``scroll`` calls), by store kind, and by
 #: ``"kind.method"`` too.
 ROUND_TRIPS: dict[str, int] = {}
 
@@ -142,10 +142,10 @@ def qdrant_store(embeddings: Embeddings, documents: list[Document], ids: list[An
     from qdrant_client import QdrantClient, models
 
     class CountingQdrantClient(QdrantClient):
-        """The real (local) Qdrant client; ``retrieve`` (SCAR's only read) counts its calls."""
+        """The real (local) Qdrant client; ``scroll`` (SCAR's only read) counts its calls."""
 
-        def retrieve(self, *args: Any, **kwargs: Any) -> Any:
-            return counted("qdrant", super().retrieve)(*args, **kwargs)
+        def scroll(self, *args: Any, **kwargs: Any) -> Any:
+            return counted("qdrant", super().scroll)(*args, **kwargs)
 
     client = CountingQdrantClient(":memory:")
     name = f"scar-{uuid.uuid4().hex[:12]}"

@@ -2,9 +2,8 @@
 
 Each document is split on its own, by default with LangChain's
 ``RecursiveCharacterTextSplitter(chunk_size=500, chunk_overlap=0, add_start_index=True)``. The chunk
-at position ``p`` of document ``d`` gets the id :func:`scar_core.links.chunk_id_for` ``(d, p)`` and
-the links of :func:`scar_core.links.link_sequence`, exactly as the adapters' ``link_chunks`` gives
-them. A query's gold chunks are every chunk holding at least one character of its evidence.
+gets the id :func:`scar_core.links.chunk_id_for` of its document, text and offset, and the links of
+:func:`scar_core.links.link_sequence`. A query's gold chunks are every chunk holding at least one character of its evidence.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import numpy.typing as npt
 
 from scar_core.errors import DataFormatError, InvalidSettingsError, missing_dependency
 from scar_core.eval.data import EvalQuery
-from scar_core.links import link_sequence
+from scar_core.links import chunk_id_for, link_sequence
 
 __all__ = ["ChunkedCorpus", "EvalChunk", "Splitter", "chunk_corpus", "recursive_character_splitter"]
 
@@ -30,7 +29,7 @@ class EvalChunk:
     """One chunk of one document.
 
     Attributes:
-        chunk_id: ``chunk_id_for(document_id, position)``.
+        chunk_id: ``chunk_id_for(document_id, text, {"start_index": start})``.
         document_id: The document it comes from.
         position: Zero-based index within the document.
         start: Offset of its first character in the document.
@@ -155,9 +154,8 @@ def chunk_corpus(
     chunks: list[EvalChunk] = []
     for document_id, text in documents.items():
         pieces = list(split(text))
-        for (start, piece), link in zip(
-            pieces, link_sequence(document_id, len(pieces)), strict=True
-        ):
+        ids = [chunk_id_for(document_id, piece, {"start_index": start}) for start, piece in pieces]
+        for (start, piece), link in zip(pieces, link_sequence(document_id, ids), strict=True):
             if start < 0 or text[start : start + len(piece)] != piece:
                 raise DataFormatError(
                     f"the splitter gave chunk {link.position} of {document_id!r} the offset "

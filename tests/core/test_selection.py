@@ -32,7 +32,7 @@ def corpus(seed: int, documents: int = 3, length: int = 8, dim: int = 6):
     rng = np.random.default_rng(seed)
     chunks: dict[str, Chunk] = {}
     for d in range(documents):
-        for link in link_sequence(f"doc{d}", length):
+        for link in link_sequence(f"doc{d}", [f"doc{d}-{p}" for p in range(length)]):
             vector = rng.normal(size=dim)
             chunks[link.chunk_id] = Chunk(link.chunk_id, vector, link.previous_id, link.next_id)
     query = rng.normal(size=dim)
