@@ -15,7 +15,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from scar_core.cache import EmbeddingCache
 from scar_core.driver import QueryDriver, distinct_ids
@@ -129,6 +129,16 @@ class SCARRetriever(BaseRetriever):
 
     _reader: StoreReader = PrivateAttr()
     _warned_unlinked: bool = PrivateAttr(default=False)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as error:  # raise SCAR's own error as documented, not pydantic's
+            ours = [e["ctx"]["error"] for e in error.errors() if "error" in e.get("ctx", {})]
+            settings_errors = [e for e in ours if isinstance(e, InvalidSettingsError)]
+            if settings_errors:
+                raise settings_errors[0] from None
+            raise
 
     @model_validator(mode="after")
     def _settings_fit_the_mode(self) -> SCARRetriever:
