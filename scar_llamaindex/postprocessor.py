@@ -11,20 +11,23 @@ from __future__ import annotations
 import operator
 import warnings
 import weakref
+from collections.abc import Callable
 from typing import Any, Literal
 
 from llama_index.core import Settings, VectorStoreIndex
+from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationError, model_validator
 from llama_index.core.data_structs.data_structs import IndexDict
+from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import BaseDocumentStore
-from llama_index.core.vector_stores.types import BasePydanticVectorStore
+from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
 from scar_core.cache import EmbeddingCache
 from scar_core.driver import QueryDriver
-from scar_core.errors import InvalidSettingsError
+from scar_core.errors import InvalidSettingsError, unfilterable_store_error
 from scar_core.settings import DEFAULT_LAMBDA, BudgetSettings, Direction, PaperSettings
 from scar_llamaindex.reads import NodeReads, StoreReader, links_of, reader_for
 
@@ -35,6 +38,8 @@ _PAPER_ONLY = ("gamma", "window", "direction")
 #: (reason, id(store)) -> the store, so each store instance is warned about once per reason.
 _warned_stores: dict[tuple[str, int], weakref.ref[Any]] = {}
 _UNEXPANDED = {"scar_origin": "hit", "scar_expanded": False, "scar_embedded": 0}
+#: Store-specific filters a retriever may pass in ``vector_store_kwargs`` (Chroma, Qdrant).
+_STORE_FILTERS = {"where", "where_document", "qdrant_filters"}
 
 
 class SCARNodePostprocessor(BaseNodePostprocessor):
@@ -54,7 +59,19 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     (``"hit"``/``"neighbor"``), ``scar_passage``, ``scar_seed_id``, ``scar_score``,
     ``scar_decision`` (a neighbour's relevance, boundary_penalty, score and threshold),
     ``scar_expanded`` and ``scar_embedded`` (texts this query embedded because no store gave their
-    vectors). A hit keeps its score; a neighbour's score is its cosine to the query.
+    vectors). A hit keeps its score; a neighbour's score is its cosine to the query. Input nodes
+    with the same id are one node: it comes back once, and budget mode fills the count (``top_n``
+    or the number of nodes received) with other distinct nodes where it can.
+
+    Filters: SCAR never returns a node the search itself could not return. ``filters`` must be
+    the ``MetadataFilters`` the retriever searches with: ``from_retriever(retriever)`` takes them
+    from the retriever, ``from_index(index, filters=...)`` takes them as given. Every neighbour is
+    read with them, as the store's own search applies them (SimpleVectorStore, Chroma, Qdrant,
+    PGVector; see :mod:`scar_llamaindex.reads`), and a neighbour the index no longer holds (e.g.
+    after ``index.delete_nodes``) is not read either: either way the passage ends before it.
+    Where SCAR cannot apply the filters (FAISS, another store, a filter form the store's
+    conversion refuses), it refuses to be built, unless ``neighbor_filter`` or
+    ``allow_unfiltered_neighbors=True`` says what to do instead.
 
     Args:
         docstore: Where nodes are read when the vector store keeps no text (the index's docstore).
@@ -70,6 +87,17 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         keep, continuity_bonus: Budget mode only.
         gamma, window, direction: Paper mode only.
         embedding_cache: Cache of the embeddings computed for nodes without stored vectors.
+        filters: The retriever's ``MetadataFilters``, applied to every neighbour read.
+        neighbor_filter: A predicate on a node's metadata, true for nodes this query may see;
+            SCAR applies it to every neighbour, besides ``filters``. The way to use ``filters``
+            on a store SCAR cannot filter.
+        allow_unfiltered_neighbors: Where SCAR cannot apply ``filters``, read neighbours without
+            them instead of refusing: only for stores where no filter guards access (where SCAR
+            can apply them, it still does).
+
+    Raises:
+        InvalidSettingsError: If a setting is out of range or does not apply to the mode, or if
+            SCAR cannot apply ``filters`` and neither of the two settings above is given.
 
     Examples:
         ```python
@@ -80,6 +108,15 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         scar = SCARNodePostprocessor.from_index(index)
         query_engine = index.as_query_engine(similarity_top_k=5, node_postprocessors=[scar])
         response = query_engine.query("How long is CCTV footage kept?")
+
+        # A filtered search: SCAR reads neighbours with the same filters.
+        from llama_index.core.query_engine import RetrieverQueryEngine
+        from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
+
+        tenant = MetadataFilters(filters=[MetadataFilter(key="tenant", value="t1")])
+        retriever = index.as_retriever(similarity_top_k=5, filters=tenant)
+        scar = SCARNodePostprocessor.from_retriever(retriever)
+        query_engine = RetrieverQueryEngine.from_args(retriever, node_postprocessors=[scar])
         ```
     """
 
@@ -137,10 +174,30 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         description="Where embeddings of nodes without stored vectors are kept (default on disk).",
     )
 
+    filters: MetadataFilters | None = Field(
+        default=None,
+        description="The retriever's metadata filters, applied to every neighbour read; they "
+        "must be the ones the retriever searches with.",
+    )
+    neighbor_filter: Callable[[dict[str, Any]], bool] | None = Field(
+        default=None,
+        exclude=True,
+        description="A predicate on a node's metadata, true for nodes the query may see; applied "
+        "to every neighbour, besides filters.",
+    )
+    allow_unfiltered_neighbors: bool = Field(
+        default=False,
+        description="Where SCAR cannot apply filters, read neighbours without them instead of "
+        "refusing (only where no filter guards access).",
+    )
+
     _default_cache: EmbeddingCache | None = PrivateAttr(default=None)
     _warned_unlinked: bool = PrivateAttr(default=False)
     _warned_unscored: bool = PrivateAttr(default=False)
     _reader: StoreReader | None = PrivateAttr(default=None)
+    #: The retriever's node_ids and doc_ids (set by from_retriever): no neighbour outside them.
+    _node_ids: frozenset[str] | None = PrivateAttr(default=None)
+    _doc_ids: frozenset[str] | None = PrivateAttr(default=None)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -174,6 +231,53 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         }
         return cls(**(stores | kwargs))
 
+    @classmethod
+    def from_retriever(cls, retriever: BaseRetriever, **kwargs: Any) -> SCARNodePostprocessor:
+        """Build the postprocessor on a retriever's index, embed model and search restrictions.
+
+        Neighbours are then read with the retriever's ``filters``, and kept only within its
+        ``node_ids`` (``index.as_retriever`` passes the index's nodes) and ``doc_ids``, if set.
+        ``VectorIndexRetriever`` has no public accessor for these in llama-index-core 0.14, so
+        they are read from its ``_index``, ``_embed_model``, ``_filters``, ``_node_ids`` and
+        ``_doc_ids``.
+
+        Args:
+            retriever: The ``VectorIndexRetriever`` whose nodes the postprocessor receives
+                (``index.as_retriever(filters=...)``, typed as a ``BaseRetriever``).
+            **kwargs: Any other setting, e.g. ``mode="paper"`` or ``top_n=5``.
+
+        Raises:
+            TypeError: If ``retriever`` is not a ``VectorIndexRetriever``.
+            InvalidSettingsError: If ``filters`` is passed (the retriever's are taken), or if the
+                retriever filters with a store-specific filter in ``vector_store_kwargs``, or its
+                filters cannot be applied (see the class), and neither ``neighbor_filter`` nor
+                ``allow_unfiltered_neighbors`` is given.
+        """
+        if not isinstance(retriever, VectorIndexRetriever):
+            raise TypeError(
+                f"from_retriever takes a VectorIndexRetriever (index.as_retriever(...)), not "
+                f"{type(retriever).__name__}; for another retriever, use "
+                "SCARNodePostprocessor.from_index(index, filters=<the filters it searches with>)."
+            )
+        if "filters" in kwargs:
+            raise InvalidSettingsError(
+                "from_retriever takes the retriever's own filters, so filters=... cannot be "
+                "passed too; give them to the retriever (index.as_retriever(filters=...)) or use "
+                "SCARNodePostprocessor.from_index(index, filters=...)."
+            )
+        built = {"embed_model": retriever._embed_model, "filters": retriever._filters}
+        scar = cls.from_index(retriever._index, **(built | kwargs))
+        scar._node_ids = frozenset(retriever._node_ids) if retriever._node_ids else None
+        scar._doc_ids = frozenset(retriever._doc_ids) if retriever._doc_ids else None
+        native = sorted(_STORE_FILTERS & set(retriever._kwargs))
+        if native and scar.neighbor_filter is None and not scar.allow_unfiltered_neighbors:
+            raise unfilterable_store_error(
+                type(retriever._vector_store).__name__,
+                f"the retriever filters with vector_store_kwargs {native}, a store-specific "
+                "filter SCAR does not apply (pass the filter as MetadataFilters instead)",
+            )
+        return scar
+
     @model_validator(mode="after")
     def _settings_fit_the_mode(self) -> SCARNodePostprocessor:
         wrong, other = (_PAPER_ONLY, "paper") if self.mode == "budget" else (_BUDGET_ONLY, "budget")
@@ -189,7 +293,8 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 f"keep={self.keep} is larger than top_n={self.top_n}; at most top_n nodes are "
                 "returned, so lower keep or raise top_n."
             )
-        if reader_for(self.docstore, self.vector_store).store is None:
+        reader = reader_for(self.docstore, self.vector_store, self.index_struct, self.filters)
+        if reader.store is None:
             held = "no vector store" if self.vector_store is None else "a vector store that "
             held += "" if self.vector_store is None else "keeps no text (stores_text=False)"
             raise InvalidSettingsError(
@@ -197,7 +302,14 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 "nodes; pass docstore=index.docstore and vector_store=index.vector_store, or "
                 "build it with SCARNodePostprocessor.from_index(index)."
             )
+        self._refuse_unfiltered(reader)
         return self
+
+    def _refuse_unfiltered(self, reader: StoreReader) -> None:
+        """Raise if ``reader`` cannot apply the filters and no other way was chosen."""
+        why = reader.unfilterable()
+        if why is not None and self.neighbor_filter is None and not self.allow_unfiltered_neighbors:
+            raise unfilterable_store_error(reader.name, why)
 
     # The sync and async shells: the same steps, with the stores' sync or async reads.
 
@@ -268,8 +380,11 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         return False
 
     def _unexpanded(self, nodes: list[NodeWithScore]) -> list[NodeWithScore]:
+        distinct: dict[str, NodeWithScore] = {}
+        for given in nodes:  # the same node twice comes back once
+            distinct.setdefault(given.node.node_id, given)
         out = []
-        for rank, given in enumerate(nodes[: self.top_n or len(nodes)]):
+        for rank, given in enumerate(list(distinct.values())[: self.top_n or len(nodes)]):
             trace = {**_UNEXPANDED, "scar_passage": rank, "scar_seed_id": given.node.node_id}
             out.append(NodeWithScore(node=_annotated(given.node, trace), score=given.score))
         return out
@@ -277,12 +392,23 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def _start(
         self, nodes: list[NodeWithScore], query: list[float]
     ) -> tuple[QueryDriver, NodeReads]:
-        stores = (self.docstore, self.vector_store, self.index_struct)
+        stores = (self.docstore, self.vector_store, self.index_struct, self.filters)
         if self._reader is None or any(map(operator.is_not, self._reader.stores, stores)):
-            self._reader = reader_for(*stores)  # built again if a store was replaced
-        reads = NodeReads(self._reader, [n.node for n in nodes], self._embedder, self._cache)
+            reader = reader_for(*stores)  # built again if a store or the filters were replaced
+            self._refuse_unfiltered(reader)
+            self._reader = reader
+        known = [n.node for n in nodes]
+        reads = NodeReads(self._reader, known, self._embedder, self._cache, self._may_see)
         hits = reads.chunks([n.node.node_id for n in nodes])
         return QueryDriver(query, hits, self._settings(self.top_n or len(nodes))), reads
+
+    def _may_see(self, node: BaseNode) -> bool:
+        """Whether a neighbour read is within the retriever's ids and passes neighbor_filter."""
+        return (
+            (self._node_ids is None or node.node_id in self._node_ids)
+            and (self._doc_ids is None or node.ref_doc_id in self._doc_ids)
+            and (self.neighbor_filter is None or self.neighbor_filter(dict(node.metadata)))
+        )
 
     def _finish(
         self, nodes: list[NodeWithScore], driver: QueryDriver, reads: NodeReads

@@ -1,16 +1,22 @@
 """Read neighbour nodes and their stored vectors from LlamaIndex stores, sync or async.
 
 A :class:`StoreReader`, chosen by the vector store's type (a subclass counts; no store package is
-imported here), reads nodes by id in one batched call and finds their stored vectors:
+imported here but Chroma's filter converter, when a Chroma store is read), reads nodes by id in one
+batched call, keeps only those the index still holds and the search's ``MetadataFilters`` admit,
+and finds their stored vectors:
 
-- ``SimpleVectorStore``: nodes from the docstore, vectors by ``vector_store.get(id)``.
-- ``FaissVectorStore``: nodes from the docstore, vectors by the FAISS index's
-  ``reconstruct_batch`` at the rows the index's ``index_struct`` maps them to.
-- ``ChromaVectorStore``: both by its collection's ``get(ids, include=["embeddings", ...])`` (its
-  ``get_nodes`` gives no vectors); async, in a worker thread.
-- ``QdrantVectorStore``, ``PGVectorStore``, any store whose nodes carry their embeddings:
-  ``get_nodes``, or its own ``aget_nodes`` (a worker thread once that fails: Qdrant with a sync
-  client). Texts of nodes without a stored vector are embedded, once, through the cache.
+- ``SimpleVectorStore``: nodes from the docstore, kept if the vector store still holds them and
+  its metadata passes the filters as ``SimpleVectorStore.query`` evaluates them
+  (``build_metadata_filter_fn``); vectors by ``vector_store.get(id)``.
+- ``FaissVectorStore``: nodes from the docstore, kept if the index's ``index_struct`` maps them;
+  vectors by the FAISS index's ``reconstruct_batch`` at those rows. It cannot filter.
+- ``ChromaVectorStore``: both by its collection's ``get(ids, where=<the filters in Chroma's
+  form>, include=["embeddings", ...])`` (its ``get_nodes`` gives no vectors); async, in a thread.
+- ``QdrantVectorStore``, ``PGVectorStore``: ``get_nodes(node_ids=..., filters=...)``, or their own
+  ``aget_nodes`` (a worker thread once that fails: Qdrant with a sync client).
+- Any other store: ``get_nodes`` (nodes that carry their embeddings), or the docstore (nodes kept
+  if the ``index_struct`` maps them); it cannot filter. Texts of nodes without a stored vector are
+  embedded, once, through the cache.
 
 One :class:`NodeReads` serves one query: it keeps what was read and embeds what no store gave.
 """
@@ -20,21 +26,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.data_structs.data_structs import IndexDict
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, RelatedNodeInfo
 from llama_index.core.storage.docstore import BaseDocumentStore
-from llama_index.core.vector_stores.types import BasePydanticVectorStore
-from llama_index.core.vector_stores.utils import metadata_dict_to_node
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    FilterCondition,
+    MetadataFilters,
+)
+from llama_index.core.vector_stores.utils import build_metadata_filter_fn, metadata_dict_to_node
 
 from scar_core.cache import EmbeddingCache
 from scar_core.errors import NeighborFetchError
 from scar_core.selection import Chunk
 
 __all__ = ["NodeReads", "StoreReader", "links_of", "reader_for"]
+
+#: Stores whose reads SCAR filters, as the error for the others says.
+FILTERED_STORES = "SimpleVectorStore, ChromaVectorStore, QdrantVectorStore and PGVectorStore"
 
 
 def links_of(node: BaseNode) -> tuple[str | None, str | None]:
@@ -47,41 +60,68 @@ def links_of(node: BaseNode) -> tuple[str | None, str | None]:
 class StoreReader:
     """The default reader: nodes by id through ``get_nodes``, with the vectors they carry.
 
+    It cannot apply ``MetadataFilters`` (:meth:`unfilterable` says why); the readers of the
+    stores it can filter derive from it.
+
     Args:
         docstore: The docstore, when nodes live there.
         vector_store: The vector store; nodes are read from it when it keeps text.
-        index_struct: The index's map of vector store ids to node ids (FAISS rows).
+        index_struct: The index's map of vector store ids to node ids: a node read from the
+            docstore that it does not map is no longer in the index, and is left out.
+        filters: The search's filters; empty ones count as none.
     """
+
+    #: Whether the reader applies ``filters`` to what it reads.
+    filterable: ClassVar[bool] = False
 
     def __init__(
         self,
         docstore: BaseDocumentStore | None,
         vector_store: BasePydanticVectorStore | None,
         index_struct: IndexDict | None = None,
+        filters: MetadataFilters | None = None,
     ) -> None:
-        self.stores = (docstore, vector_store, index_struct)
+        self.stores = (docstore, vector_store, index_struct, filters)
         self.vector_store: Any = vector_store
         self.index_struct = index_struct
+        self.filters = filters if filters is not None and filters.filters else None
         # Nodes are read from a vector store that keeps text, else from the docstore.
         self.store: Any = vector_store if getattr(vector_store, "stores_text", False) else docstore
         #: The error of the store's ``aget_nodes``, after which the sync read stands in for it.
         self.async_error: Exception | None = None
+        self._mapped: tuple[int, int, dict[str, str]] = (0, -1, {})  # see index_ids
+
+    @property
+    def name(self) -> str:
+        """The class name of the store SCAR reads through (the vector store, if any)."""
+        return type(self.vector_store if self.vector_store is not None else self.store).__name__
+
+    def unfilterable(self) -> str | None:
+        """Why the filters cannot be applied to this reader's reads; ``None`` if they can be."""
+        if self.filters is None or self.filterable:
+            return None
+        if self.vector_store is None:
+            return (
+                "it has no vector store to filter with; pass vector_store=index.vector_store, or "
+                "build it with from_retriever(retriever) or from_index(index, filters=...)"
+            )
+        return f"SCAR applies MetadataFilters to reads from {FILTERED_STORES} only"
 
     def nodes(self, ids: list[str]) -> list[BaseNode]:
-        """Return the nodes of ``ids`` the store holds, in one batched read."""
+        """Return the nodes of ``ids`` that the index holds and the filters admit, in one read."""
         if isinstance(self.store, BaseDocumentStore):
-            return self.store.get_nodes(ids, raise_error=False)
-        return list(self.store.get_nodes(node_ids=ids))
+            return self._held(self.store.get_nodes(ids, raise_error=False))
+        return list(self.store.get_nodes(node_ids=ids, **self._filter_kwargs()))
 
     async def anodes(self, ids: list[str]) -> list[BaseNode]:
         """Async :meth:`nodes`: the store's own ``aget_nodes`` while it works, else a thread."""
         store = self.store
         if isinstance(store, BaseDocumentStore):
-            return await store.aget_nodes(ids, raise_error=False)
+            return self._held(await store.aget_nodes(ids, raise_error=False))
         own = type(store).aget_nodes is not BasePydanticVectorStore.aget_nodes  # base: blocks
         if own and self.async_error is None:
             try:
-                return list(await store.aget_nodes(node_ids=ids))
+                return list(await store.aget_nodes(node_ids=ids, **self._filter_kwargs()))
             except Exception as error:  # e.g. Qdrant with a sync client; the postprocessor warns
                 self.async_error = error
         return await asyncio.to_thread(self.nodes, ids)
@@ -90,9 +130,54 @@ class StoreReader:
         """Return ``{node id: stored vector}`` for those of ``nodes`` whose vector is known."""
         return {n.node_id: n.embedding for n in nodes if n.embedding is not None}
 
+    def holds(self, node_id: str) -> bool:
+        """Whether a node read from the docstore is still in the index (and the filters pass)."""
+        return self.index_struct is None or self.index_id(node_id) is not None
+
+    def index_id(self, node_id: str) -> str | None:
+        """The node's id in the vector store as ``index_struct`` maps it; ``None`` if unmapped."""
+        mapping = self.index_struct.nodes_dict if self.index_struct is not None else {}
+        if self._mapped[:2] != (id(mapping), len(mapping)):  # nodes were added or deleted
+            self._mapped = (id(mapping), len(mapping), {n: v for v, n in mapping.items()})
+        # Checked against the map itself: an entry deleted since (its size then kept by an
+        # addition, so the copy was not rebuilt) no longer counts.
+        vector_id = self._mapped[2].get(node_id)
+        return vector_id if vector_id is not None and mapping.get(vector_id) == node_id else None
+
+    def _held(self, nodes: list[BaseNode]) -> list[BaseNode]:
+        return [n for n in nodes if self.holds(n.node_id)]
+
+    def _filter_kwargs(self) -> dict[str, Any]:
+        if self.filters is None or not self.filterable:
+            return {}
+        # Nested under AND: QdrantVectorStore.get_nodes adds its id condition to the filter's
+        # top-level ``should``, where an OR filter's conditions would admit any id.
+        return {"filters": MetadataFilters(filters=[self.filters], condition=FilterCondition.AND)}
+
 
 class _SimpleReader(StoreReader):
-    """Nodes from the docstore; vectors by ``SimpleVectorStore.get``, in process."""
+    """Nodes from the docstore, kept as ``SimpleVectorStore.query`` would find them.
+
+    A node is kept if the vector store still holds it and its stored metadata passes the filters
+    (``build_metadata_filter_fn``, as the query uses); vectors by ``vector_store.get``, in process.
+    """
+
+    filterable = True
+
+    def __init__(self, *stores: Any) -> None:
+        super().__init__(*stores)
+        metadata = lambda node_id: self.vector_store.data.metadata_dict[node_id]  # noqa: E731
+        self._admits = build_metadata_filter_fn(metadata, self.filters)
+
+    def unfilterable(self) -> str | None:
+        nested = any(isinstance(f, MetadataFilters) for f in getattr(self.filters, "filters", []))
+        return "its filter evaluation does not take nested MetadataFilters" if nested else None
+
+    def holds(self, node_id: str) -> bool:
+        data = self.vector_store.data
+        if node_id not in data.embedding_dict:  # deleted from the index, left in the docstore
+            return False
+        return self.filters is None or (node_id in data.metadata_dict and self._admits(node_id))
 
     def vectors(self, nodes: Sequence[BaseNode]) -> dict[str, Any]:
         found = super().vectors(nodes)
@@ -103,44 +188,70 @@ class _SimpleReader(StoreReader):
 
 
 class _FaissReader(StoreReader):
-    """Nodes from the docstore; vectors by ``reconstruct_batch`` at the index's rows, in process."""
+    """Nodes from the docstore; vectors by ``reconstruct_batch`` at the index's rows, in process.
 
-    _rows: tuple[int, int, dict[str, int]] = (0, -1, {})  # (map's id, its size, node id -> row)
+    ``FaissVectorStore`` cannot filter its own search, so SCAR cannot filter its reads either.
+    """
+
+    def unfilterable(self) -> str | None:
+        return None if self.filters is None else "FaissVectorStore cannot filter by metadata"
 
     def vectors(self, nodes: Sequence[BaseNode]) -> dict[str, Any]:
         # Without the index's map (not built with from_index), the rows are unknown.
-        mapping = self.index_struct.nodes_dict if self.index_struct is not None else {}
-        if self._rows[:2] != (id(mapping), len(mapping)):  # nodes were added or deleted
-            row_of = {n: int(r) for r, n in mapping.items() if r.isdigit()}
-            self._rows = (id(mapping), len(mapping), row_of)
         found = super().vectors(nodes)
-        ids = [n.node_id for n in nodes if n.node_id in self._rows[2] and n.node_id not in found]
-        rows = np.asarray([self._rows[2][i] for i in ids], dtype=np.int64)
+        mapped = {n.node_id: self.index_id(n.node_id) for n in nodes if n.node_id not in found}
+        rows = {i: int(row) for i, row in mapped.items() if row is not None and row.isdigit()}
+        at = np.asarray(list(rows.values()), dtype=np.int64)
         with contextlib.suppress(RuntimeError):  # e.g. IVF without a direct map: text embedded
-            found.update(zip(ids, self.vector_store.client.reconstruct_batch(rows), strict=True))
+            found.update(zip(rows, self.vector_store.client.reconstruct_batch(at), strict=True))
         return found
 
 
 class _ChromaReader(StoreReader):
-    """Nodes and vectors in one ``get`` of the collection (``get_nodes`` leaves vectors out)."""
+    """Nodes and vectors in one ``get`` of the collection (``get_nodes`` leaves vectors out).
+
+    The filters go in as the ``where`` clause ``ChromaVectorStore.query`` makes of them.
+    """
+
+    filterable = True
+
+    def unfilterable(self) -> str | None:
+        try:
+            self._where()
+        except ValueError as error:  # an operator or condition Chroma has no form for
+            return f"its filter conversion refuses these filters ({error})"
+        return None
+
+    def _where(self) -> dict[str, Any]:
+        from llama_index.vector_stores.chroma.base import _to_chroma_filter  # no public name
+
+        return {} if self.filters is None else {"where": _to_chroma_filter(self.filters)}
 
     def nodes(self, ids: list[str]) -> list[BaseNode]:
         include = ["embeddings", "documents", "metadatas"]
-        got = self.vector_store.client.get(ids=ids, include=include)
+        got = self.vector_store.client.get(ids=ids, include=include, **self._where())
         texts = zip(got["documents"], got["metadatas"], strict=True)
         try:
             nodes = [metadata_dict_to_node(metadata, text=text) for text, metadata in texts]
-        except ValueError:  # legacy metadata: get_nodes reads it, without vectors
+        except ValueError:  # legacy metadata: get_nodes reads it (filtered alike), without vectors
             return super().nodes(ids)
         for node, vector in zip(nodes, got["embeddings"], strict=True):
             node.embedding = [float(x) for x in vector]
         return nodes  # async: in a worker thread, as ChromaVectorStore has no aget_nodes
 
 
+class _FilteredReader(StoreReader):
+    """``get_nodes``/``aget_nodes`` with the filters, which the store applies as its search does."""
+
+    filterable = True
+
+
 _READERS: dict[str, type[StoreReader]] = {
     "SimpleVectorStore": _SimpleReader,
     "FaissVectorStore": _FaissReader,  # not FaissMapVectorStore: its id map is private
     "ChromaVectorStore": _ChromaReader,
+    "QdrantVectorStore": _FilteredReader,
+    "PGVectorStore": _FilteredReader,
 }
 
 
@@ -148,11 +259,12 @@ def reader_for(
     docstore: BaseDocumentStore | None,
     vector_store: BasePydanticVectorStore | None,
     index_struct: IndexDict | None = None,
+    filters: MetadataFilters | None = None,
 ) -> StoreReader:
     """Return the reader for the vector store's type (the first LlamaIndex class it derives from)."""
     mro = type(vector_store).__mro__
     kind = next((c.__name__ for c in mro if c.__module__.startswith("llama_index.")), "")
-    return _READERS.get(kind, StoreReader)(docstore, vector_store, index_struct)
+    return _READERS.get(kind, StoreReader)(docstore, vector_store, index_struct, filters)
 
 
 class NodeReads:
@@ -164,6 +276,8 @@ class NodeReads:
             the vector store can give the embedding they lack.
         embed_model: Called for the embed model when some node has no stored vector.
         cache: The cache that embeds each text once.
+        may_see: A predicate on a node read; those for which it is false are left out, as if
+            the store did not hold them.
     """
 
     def __init__(
@@ -172,8 +286,10 @@ class NodeReads:
         known: Iterable[BaseNode],
         embed_model: Callable[[], BaseEmbedding],
         cache: Callable[[], EmbeddingCache],
+        may_see: Callable[[BaseNode], bool] | None = None,
     ) -> None:
         self.reader = reader
+        self._may_see = may_see
         self.nodes: dict[str, BaseNode] = {}
         self.vectors: dict[str, Any] = {}
         self._embed_model = embed_model
@@ -185,16 +301,19 @@ class NodeReads:
         self._take(list(known))
 
     def read(self, ids: Sequence[str]) -> list[Chunk]:
-        """Return the chunks of ``ids`` the stores hold, with vectors (ids not found are left out).
+        """Return the chunks of ``ids`` the stores hold and the filters admit, with vectors.
+
+        Ids not found or not admitted are left out, so the query counts them as missing.
 
         Raises:
             NeighborFetchError: If the store fails.
         """
         if wanted := self._to_read(ids):
             try:
-                self._take(self.reader.nodes(wanted))
+                nodes = self.reader.nodes(wanted)
             except Exception as error:
                 raise self._fetch_error(wanted, error) from error
+            self._take(self._admitted(nodes))
         if lacking := [i for i in ids if i in self.nodes and i not in self.vectors]:
             self._embed(lacking)
         return self.chunks(ids)
@@ -203,9 +322,10 @@ class NodeReads:
         """Async :meth:`read`: the store's async read where it has one, else a worker thread."""
         if wanted := self._to_read(ids):
             try:
-                self._take(await self.reader.anodes(wanted))
+                nodes = await self.reader.anodes(wanted)
             except Exception as error:
                 raise self._fetch_error(wanted, error) from error
+            self._take(self._admitted(nodes))
         if lacking := [i for i in ids if i in self.nodes and i not in self.vectors]:
             await asyncio.to_thread(self._embed, lacking)
         return self.chunks(ids)
@@ -214,6 +334,11 @@ class NodeReads:
         """Ids not known yet, and known ones without a vector that the vector store can give."""
         refetch = self.reader.store is self.reader.vector_store
         return [i for i in ids if i not in self.nodes or (refetch and i not in self.vectors)]
+
+    def _admitted(self, nodes: list[BaseNode]) -> list[BaseNode]:
+        """The nodes read that are known already (hits read again) or that ``may_see`` admits."""
+        may_see = self._may_see
+        return [n for n in nodes if may_see is None or n.node_id in self.nodes or may_see(n)]
 
     def _take(self, nodes: list[BaseNode]) -> None:
         """Record nodes and the vectors they carry or the vector store holds."""

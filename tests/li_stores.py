@@ -24,9 +24,17 @@ from typing import Any
 import numpy as np
 import pytest
 from llama_index.core import StorageContext, VectorStoreIndex
-from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import (
+    BaseNode,
+    NodeRelationship,
+    NodeWithScore,
+    QueryBundle,
+    RelatedNodeInfo,
+    TextNode,
+)
+from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
 
-from li_support import QUERY, CountingDocstore, WordHashEmbedding, documents, splitter
+from li_support import QUERY, CountingDocstore, WordHashEmbedding, angle, documents, splitter
 from scar_core.cache import EmbeddingCache
 from scar_llamaindex import SCARNodePostprocessor
 from scar_llamaindex.reads import links_of, reader_for
@@ -65,6 +73,80 @@ def parsed_nodes() -> list[TextNode]:
     return [n for n in splitter().get_nodes_from_documents(documents()) if isinstance(n, TextNode)]
 
 
+# The guarded corpus: a secret node between public ones, and a link into another tenant.
+
+#: Name, tenant, access and angle to the query (degrees) of each guarded node. Document "a" is
+#: tenant t1's and its node a2, the closest to the query, is secret; a4's NEXT names b0, the first
+#: node of tenant t2's document "b".
+GUARDED = [
+    ("a0", "t1", "public", 40), ("a1", "t1", "public", 20), ("a2", "t1", "secret", 5),
+    ("a3", "t1", "public", 15), ("a4", "t1", "public", 25),
+    ("b0", "t2", "public", 10), ("b1", "t2", "public", 50), ("b2", "t2", "public", 60),
+]  # fmt: skip
+GUARDED_NEXT = {"a0": "a1", "a1": "a2", "a2": "a3", "a3": "a4", "a4": "b0", "b0": "b1", "b1": "b2"}
+GUARDED_QUERY = "What do the guarded nodes say?"
+PUBLIC = MetadataFilters(filters=[MetadataFilter(key="access", value="public")])
+TENANT_1 = MetadataFilters(filters=[MetadataFilter(key="tenant", value="t1")])
+#: Each search filter and the guarded nodes it excludes.
+GUARDS: list[tuple[MetadataFilters, set[str]]] = [(PUBLIC, {"a2"}), (TENANT_1, {"b0", "b1", "b2"})]
+#: Budget mode, and paper mode with window 2, as ``(k, settings)``.
+GUARD_SETTINGS: list[tuple[int, dict[str, Any]]] = [
+    (4, {}), (4, {"mode": "paper", "window": 2}), (3, {"mode": "paper", "window": 2}),
+]  # fmt: skip
+
+
+def guarded_id(name: str) -> str:
+    """A guarded node's id: a UUID (Qdrant's point ids are UUIDs or integers)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"scar-guarded/{name}"))
+
+
+def _pinned(degrees: float) -> list[float]:
+    """A vector of the embedding's size at ``degrees`` from the guarded query's direction."""
+    vector = [0.0] * WordHashEmbedding().size
+    vector[:2] = angle(degrees)
+    return vector
+
+
+GUARDED_NAMES = {guarded_id(name): name for name, *_ in GUARDED}
+GUARDED_TABLE = {GUARDED_QUERY: _pinned(0)} | {
+    f"Guarded node {n}.": _pinned(d) for n, *_, d in GUARDED
+}
+
+
+def guarded_nodes() -> list[TextNode]:
+    """The guarded nodes, new at each call (an index embeds the nodes it is given)."""
+    previous = {after: before for before, after in GUARDED_NEXT.items() if after != "b0"}
+    nodes = []
+    for name, tenant, access, _ in GUARDED:
+        links = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=f"doc-{name[0]}")}
+        for relationship, other in (
+            (NodeRelationship.PREVIOUS, previous.get(name)),
+            (NodeRelationship.NEXT, GUARDED_NEXT.get(name)),
+        ):
+            if other is not None:
+                links[relationship] = RelatedNodeInfo(node_id=guarded_id(other))
+        hidden = ["tenant", "access"]  # embedded as the bare text, which the table pins
+        nodes.append(
+            TextNode(
+                id_=guarded_id(name),
+                text=f"Guarded node {name}.",
+                metadata={"tenant": tenant, "access": access},
+                excluded_embed_metadata_keys=hidden,
+                excluded_llm_metadata_keys=hidden,
+                relationships=links,
+            )
+        )
+    return nodes
+
+
+def names(nodes: Sequence[NodeWithScore]) -> list[str]:
+    """The guarded names of ``nodes``, in order."""
+    return [GUARDED_NAMES[n.node.node_id] for n in nodes]
+
+
+Nodes = Callable[[], list[TextNode]] | None
+
+
 @dataclass
 class Built:
     """An index on one store, its embed model (counting texts embedded), and the kind of store."""
@@ -79,35 +161,49 @@ class Built:
         return self.index.docstore
 
 
-def build(kind: str, vector_store: Any = None, *, use_async: bool = False) -> Built:
-    """Index the parsed nodes on ``vector_store`` (``None``: the default SimpleVectorStore)."""
-    embed_model = UnitHashEmbedding()
+def build(
+    kind: str,
+    vector_store: Any = None,
+    *,
+    use_async: bool = False,
+    nodes: Nodes = None,
+) -> Built:
+    """Index ``nodes()`` (default: the parsed nodes) on ``vector_store`` (``None``: Simple).
+
+    The guarded corpus (``nodes=guarded_nodes``) is embedded with the vectors its table pins.
+    """
+    guarded = nodes is guarded_nodes
+    embed_model = UnitHashEmbedding(table=GUARDED_TABLE if guarded else None)
     storage = StorageContext.from_defaults(vector_store=vector_store, docstore=CountingDocstore())
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
         index = VectorStoreIndex(
-            parsed_nodes(), storage_context=storage, embed_model=embed_model, use_async=use_async
+            (nodes or parsed_nodes)(),
+            storage_context=storage,
+            embed_model=embed_model,
+            use_async=use_async,
         )
     in_process = vector_store is None or kind.startswith("faiss")
     return Built(kind, index, embed_model, in_process)
 
 
-def memory() -> Built:
-    return build("memory")
+def memory(nodes: Nodes = None) -> Built:
+    return build("memory", nodes=nodes)
 
 
-def faiss_built(*, mapped: bool = False) -> Built:
+def faiss_built(*, mapped: bool = False, nodes: Nodes = None) -> Built:
     """FaissVectorStore (vectors read); ``mapped``: FaissMapVectorStore (its id map is private)."""
     import faiss
     from llama_index.vector_stores.faiss import FaissMapVectorStore, FaissVectorStore
 
     flat = faiss.IndexFlatIP(WordHashEmbedding().size)  # inner product of unit vectors: cosine
     if mapped:
-        return build("faiss-map", FaissMapVectorStore(faiss_index=faiss.IndexIDMap2(flat)))
-    return build("faiss", FaissVectorStore(faiss_index=flat))
+        store = FaissMapVectorStore(faiss_index=faiss.IndexIDMap2(flat))
+        return build("faiss-map", store, nodes=nodes)
+    return build("faiss", FaissVectorStore(faiss_index=flat), nodes=nodes)
 
 
-def chroma_built() -> Built:
+def chroma_built(nodes: Nodes = None) -> Built:
     import chromadb
     from chromadb.api.models.Collection import Collection
     from llama_index.vector_stores.chroma import ChromaVectorStore
@@ -121,10 +217,10 @@ def chroma_built() -> Built:
 
     made = chromadb.EphemeralClient().create_collection(f"scar-{uuid.uuid4().hex[:12]}")
     collection = CountingCollection(made._client, made.get_model(), embedding_function=None)
-    return build("chroma", ChromaVectorStore(chroma_collection=collection))
+    return build("chroma", ChromaVectorStore(chroma_collection=collection), nodes=nodes)
 
 
-def qdrant_built(*, use_async: bool = False) -> Built:
+def qdrant_built(*, use_async: bool = False, nodes: Nodes = None) -> Built:
     """QdrantVectorStore on an in-memory client: sync only, or (``use_async``) async only.
 
     Two in-memory clients do not share data, so the async client has a store of its own.
@@ -157,13 +253,12 @@ def qdrant_built(*, use_async: bool = False) -> Built:
     name = f"scar-{uuid.uuid4().hex[:12]}"
     if use_async:
         store = QdrantVectorStore(name, aclient=CountingAsyncQdrantClient(location=":memory:"))
-        return build("qdrant-async", store, use_async=True)
-    return build(
-        "qdrant", QdrantVectorStore(name, client=CountingQdrantClient(location=":memory:"))
-    )
+        return build("qdrant-async", store, use_async=True, nodes=nodes)
+    store = QdrantVectorStore(name, client=CountingQdrantClient(location=":memory:"))
+    return build("qdrant", store, nodes=nodes)
 
 
-def pgvector_built(uri: str, table: str) -> Built:
+def pgvector_built(uri: str, table: str, nodes: Nodes = None) -> Built:
     """PGVectorStore on a new ``table`` at ``uri`` (a SQLAlchemy URL, sync and async drivers)."""
     from llama_index.vector_stores.postgres import PGVectorStore
 
@@ -184,7 +279,7 @@ def pgvector_built(uri: str, table: str) -> Built:
         table_name=table,
         embed_dim=WordHashEmbedding().size,
     )
-    return build("pgvector", store)
+    return build("pgvector", store, nodes=nodes)
 
 
 #: The embedded stores SCAR reads vectors from, by kind.
@@ -302,3 +397,38 @@ async def check_round_trips(built: Built) -> None:
                 await scar(built).apostprocess_nodes(found, QueryBundle(query))
             assert fewest <= ROUND_TRIPS.get(built.kind, 0) <= most, (k, query, sync)
             assert built.docstore.reads <= 2
+
+
+async def check_guarded(built: Built, *, sync: bool = True) -> None:
+    """No node a search's filter excludes comes back, sync or async, in budget or paper mode.
+
+    For the same hits, SCAR without the filter does return an excluded node, so the check can
+    fail; and no passage runs over a node left out. ``sync=False``: a store with only an async
+    client, searched and read asynchronously.
+    """
+    bundle = QueryBundle(GUARDED_QUERY)
+    for (filters, excluded), (k, settings) in itertools.product(GUARDS, GUARD_SETTINGS):
+        retriever = built.index.as_retriever(similarity_top_k=k, filters=filters)
+        found = retriever.retrieve(bundle) if sync else await retriever.aretrieve(bundle)
+        assert len(found) == k
+        assert not set(names(found)) & excluded  # the search obeys its filter
+        guarded = SCARNodePostprocessor.from_retriever(retriever, **settings)
+        with warnings.catch_warnings():  # Qdrant with a sync client: its async read falls back
+            warnings.filterwarnings("ignore", "QdrantVectorStore.aget_nodes failed", UserWarning)
+            output = await guarded.apostprocess_nodes(found, bundle)
+            unguarded = SCARNodePostprocessor.from_index(built.index, **settings)
+            leaked = await unguarded.apostprocess_nodes(found, bundle)
+        if sync:
+            assert names(guarded.postprocess_nodes(found, bundle)) == names(output)
+        assert not set(names(output)) & excluded, (filters, settings, names(output))
+        assert set(names(leaked)) & excluded, "without the filter SCAR should return one"
+        assert len(set(names(output))) == len(output)
+        assert len(output) == k or settings.get("mode") == "paper"
+        check_passages_are_linked(output)
+
+
+def check_passages_are_linked(output: Sequence[NodeWithScore]) -> None:
+    """Each node of a passage follows the one before it: no passage jumps over a node."""
+    for before, after in itertools.pairwise(output):
+        if before.node.metadata["scar_passage"] == after.node.metadata["scar_passage"]:
+            assert links_of(before.node)[1] == after.node.node_id
