@@ -60,6 +60,19 @@ one line per question, then the means. --verbose shows each question's chunks an
 """
 
 
+def _at_least(minimum: int) -> Any:
+    """An argparse type: an integer >= ``minimum`` (argparse names the flag in its error)."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is not valid; it must be >= {minimum}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
 def _add_eval(subparsers: Any) -> None:
     from scar_core.eval.budgets import BUDGET_METHODS, BUDGETS
     from scar_core.eval.runner import DEFAULT_METHODS
@@ -74,12 +87,22 @@ def _add_eval(subparsers: Any) -> None:
     add("--format", dest="data_format", choices=("legalbench", "jsonl"), help="default: guessed")
     add("--scope", choices=("document", "corpus"), default="document",
         help="retrieve within the query's documents (default) or the whole corpus")  # fmt: skip
-    add("--k", type=int, default=5, help="k of topk, staticW, scarW and default (default 5)")
-    add("--chunk-size", type=int, default=500, help="characters per chunk (default 500)")
-    add("--chunk-overlap", type=int, default=0, help="characters (default 0)")
+    add(
+        "--k",
+        type=_at_least(1),
+        default=5,
+        help="k of topk, staticW, scarW and default (default 5)",
+    )
+    add("--chunk-size", type=_at_least(1), default=500, help="characters per chunk (default 500)")
+    add("--chunk-overlap", type=_at_least(0), default=0, help="characters (default 0)")
     add("--methods", help=f"comma-separated names (default {','.join(DEFAULT_METHODS)})")
     add("--reference", help="method compared with all others (default: default, else the first)")
-    add("--bootstrap", type=int, default=10_000, help="resamples; 0 skips it (default 10000)")
+    add(
+        "--bootstrap",
+        type=_at_least(0),
+        default=10_000,
+        help="resamples; 0 skips it (default 10000)",
+    )
     add("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     add("--no-sweep", action="store_true", help="skip the recall-against-chunks sweep and plot")
     add("--no-plot", action="store_true", help="do not draw pareto.png")
@@ -90,7 +113,7 @@ def _add_eval(subparsers: Any) -> None:
     add("--answers", metavar="MODEL", help="also answer each query with this chat model, "
         "openai:NAME, and grade the answers (docs/answers.md)")  # fmt: skip
     add("--base-url", help="OpenAI-compatible server for --answers (vLLM, llama.cpp, Ollama)")
-    add("--answers-limit", type=int, metavar="N", help="answer only the first N queries")
+    add("--answers-limit", type=_at_least(1), metavar="N", help="answer only the first N queries")
     add("--answers-methods", metavar="NAMES",
         help="comma-separated (default topB with B = --k, static1, default)")  # fmt: skip
     _add_common(parser, _run_eval)
@@ -115,8 +138,13 @@ def _add_demo(subparsers: Any) -> None:
         description=_DEMO_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     add = parser.add_argument
-    add("--k", type=int, default=DEMO_K, help=f"K, the budget (default {DEMO_K})")
-    add("--chunk-size", type=int, default=DEMO_CHUNK_SIZE, help=f"default {DEMO_CHUNK_SIZE}")
+    add("--k", type=_at_least(1), default=DEMO_K, help=f"K, the budget (default {DEMO_K})")
+    add(
+        "--chunk-size",
+        type=_at_least(1),
+        default=DEMO_CHUNK_SIZE,
+        help=f"default {DEMO_CHUNK_SIZE}",
+    )
     add("--verbose", action="store_true", help="print every question's chunks and bids")
     add("--out", help="also write results.json, report.md and per_query.jsonl to this folder")
     _add_common(parser, _run_demo)
@@ -147,7 +175,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     from scar_core.errors import DataFormatError
     from scar_core.eval import DEFAULT_METHODS, EvalConfig, embedder_for, load_benchmark
     from scar_core.eval.answers import answering_from_args
-    from scar_core.eval.budgets import BUDGET_METHODS, budget_methods, budget_sweep
+    from scar_core.eval.budgets import budget_methods, budget_sweep, installed_budget_methods
     from scar_core.eval.methods import REGISTRY
     from scar_core.eval.report import write_outputs
     from scar_core.eval.runner import run_evaluation
@@ -159,7 +187,11 @@ def _run_eval(args: argparse.Namespace) -> int:
         n_resamples=args.bootstrap, seed=args.seed, sweep=not args.no_sweep,
     )  # fmt: skip
     templates = [m.strip() for m in (args.budget_methods or "").split(",") if m.strip()]
-    budgeted = args.budgets and budget_methods(args.budgets, templates or BUDGET_METHODS, REGISTRY)
+    if args.budgets and not templates:
+        templates, skipped = installed_budget_methods(REGISTRY)
+        for reason in skipped:
+            print(f"scar eval: --budgets skips {reason}", file=sys.stderr)
+    budgeted = args.budgets and budget_methods(args.budgets, templates, REGISTRY)
     if args.benchmark is None and args.corpus is not None:
         raise DataFormatError("--corpus was given without a BENCHMARK file.")
     if args.benchmark is not None and args.corpus is None:

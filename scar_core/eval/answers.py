@@ -49,7 +49,9 @@ QUESTION:\n{question}\n\nCONTEXT:\n{context}\n\nREFERENCE:\n{reference}\n\nANSWE
 #: Completion limits of an answer and of a judgement.
 ANSWER_TOKENS, JUDGE_TOKENS = 512, 1024
 METRICS = ("faithfulness", "correctness", "prompt_tokens", "completion_tokens")
-_ABORT = ("AuthenticationError", "PermissionDeniedError", "NotFoundError")
+#: Errors after which no other call can succeed: the run stops with the message (exit 2).
+_ABORT = ("AuthenticationError", "PermissionDeniedError", "NotFoundError", "APIConnectionError",
+          "APITimeoutError")  # fmt: skip
 Task = tuple[int, str, str, str, str]  # query index, method, question, context, reference
 
 
@@ -107,9 +109,7 @@ class ChatModel:
         record = self.cache.get(key)
         self.cached += record is not None
         if record is None:
-            response = self.client.chat.completions.create(
-                model=self.name, messages=cast(Any, messages), temperature=0, max_tokens=max_tokens
-            )
+            response = self._create(messages, max_tokens)
             usage = response.usage
             record = {"key": key, "content": response.choices[0].message.content or "",
                       "prompt_tokens": usage.prompt_tokens if usage else 0,
@@ -120,6 +120,23 @@ class ChatModel:
                 with self.cache_path.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(record, ensure_ascii=False) + "\n")
         return record
+
+    def _create(self, messages: list[dict[str, str]], max_tokens: int) -> Any:
+        """One chat completion; until one has gone through, an unreachable server fails at once.
+
+        The client retries connection errors too, about 13 s a call; before the first reply,
+        only errors the server itself answered (429, 5xx) are retried.
+        """
+        settings = {"model": self.name, "messages": cast(Any, messages), "temperature": 0,
+                    "max_tokens": max_tokens}  # fmt: skip
+        if self.made:
+            return self.client.chat.completions.create(**settings)
+        try:
+            return self.client.with_options(max_retries=0).chat.completions.create(**settings)
+        except self.openai.APIStatusError as exc:
+            if exc.status_code not in (408, 409, 429) and exc.status_code < 500:
+                raise  # what the client would not retry either
+            return self.client.chat.completions.create(**settings)
 
 
 def judge(reply: str) -> tuple[float | None, float | None, dict[str, Any]]:
@@ -192,7 +209,10 @@ class Answering:
             except (model.openai.OpenAIError, ValueError) as exc:
                 why = _scrub(f"{type(exc).__name__}: {exc}", model.key)
                 if type(exc).__name__ in _ABORT:
-                    raise InvalidSettingsError(f"{model.spec} at {model.base_url}: {why}") from exc
+                    raise InvalidSettingsError(
+                        f"{model.spec} at {model.base_url}: {why}. Check that the server is "
+                        "running and reachable (--base-url), and the model name and key."
+                    ) from exc
                 record["error"] = why
             records[task[0], task[1]] = record
         indices = [q.index for q in queries]

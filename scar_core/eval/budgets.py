@@ -6,15 +6,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scar_core.errors import InvalidSettingsError, missing_dependency
+from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
 from scar_core.eval.methods import Method, MethodRegistry
 from scar_core.eval.metrics import summarize
 
 if TYPE_CHECKING:
     from scar_core.eval.runner import PreparedBenchmark
 
-__all__ = ["BUDGETS", "BUDGET_METHODS", "budget_methods", "budget_sweep", "plot_budgets",
-           "render_budgets"]  # fmt: skip
+__all__ = ["BUDGETS", "BUDGET_METHODS", "budget_methods", "budget_sweep",
+           "installed_budget_methods", "plot_budgets", "render_budgets"]  # fmt: skip
 
 #: Budgets of ``scar eval --budgets`` given without a list.
 BUDGETS = (3, 5, 7, 10, 12, 15)
@@ -36,6 +36,22 @@ def budget_methods(
                                    f"templates {list(templates)} must hold B, e.g. topB.")  # fmt: skip
     names = {t: {b: t.replace("B", str(b), 1) for b in budgets} for t in templates}
     return {t: {b: (n, registry.create(n, b)) for b, n in row.items()} for t, row in names.items()}
+
+
+def installed_budget_methods(registry: MethodRegistry) -> tuple[list[str], list[str]]:
+    """Return the default templates whose dependencies are installed, and why others are not.
+
+    ``rseB`` needs dsRAG (extra ``compare``), which ``[all]`` leaves out.
+    """
+    usable, skipped = [], []
+    for template in BUDGET_METHODS:
+        try:
+            registry.create(template.replace("B", "3", 1), 3)
+        except MissingDependencyError as exc:
+            skipped.append(f"{template}: {exc}")
+        else:
+            usable.append(template)
+    return usable, skipped
 
 
 def budget_sweep(

@@ -175,13 +175,21 @@ def read_legalbench(
         payload = json.loads(benchmark_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataFormatError(f"{source} is not valid UTF-8 JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise DataFormatError(f"{source} nests JSON too deeply to be a benchmark.") from exc
     tests = payload.get("tests") if isinstance(payload, dict) else None
     _check(isinstance(tests, list) and tests, f'{source} has no non-empty "tests" list.')
     documents: dict[str, str] = {}
 
     def text_of(document_id: str, where: str) -> str:
         if document_id not in documents:
-            path = (corpus_dir / document_id).resolve()  # follows symlinks, folds ".."
+            _check(
+                "\x00" not in document_id, f"{where}: file_path {document_id!r} holds a NUL byte."
+            )
+            try:
+                path = (corpus_dir / document_id).resolve()  # follows symlinks, folds ".."
+            except RuntimeError as exc:  # a symlink loop
+                raise DataFormatError(f"{where}: file_path {document_id!r}: {exc}.") from exc
             _check(
                 path.is_relative_to(root),
                 f"{where}: file_path {document_id!r} resolves to {str(path)!r}, outside the corpus "
@@ -206,9 +214,9 @@ def _jsonl_rows(path: Path) -> list[tuple[int, object]]:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
             if line.strip():
                 rows.append((number, json.loads(line)))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise DataFormatError(
-            f"{str(path)!r}, line {len(rows) + 1} or so: not UTF-8 JSON ({exc})."
+            f"{str(path)!r}, line {len(rows) + 1} or so: not UTF-8 JSON of a usable depth ({exc})."
         ) from exc
     return rows
 

@@ -7,14 +7,17 @@ client talks to it, retries included. Nothing of ours is mocked, and no key or n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
+import socket
 import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -309,7 +312,6 @@ def test_judge_scores_follow_ragas_definitions() -> None:
     [
         (["--answers", "gpt-4o"], "write openai:MODEL"),
         (["--answers", "openai:x", "--answers-methods", "topk,bogus"], "method 'bogus'"),
-        (["--answers", "openai:x", "--answers-limit", "0"], "--answers-limit 0"),
         (["--answers-limit", "3"], "need --answers openai:MODEL"),
         (["--base-url", "http://127.0.0.1:9/v1"], "need --answers openai:MODEL"),
         (["--answers", "openai:x"], "set OPENAI_API_KEY, or give --base-url"),
@@ -355,3 +357,30 @@ def test_the_readme_command(
     assert {r["body"]["model"] for r in llm.requests} == {"gpt-4o-mini"}
     answers = json.loads((tmp_path / "out" / "results.json").read_text())["answers"]
     assert list(answers["methods"]) == ["top5", "static1", "default"]
+
+
+def test_an_unreachable_server_stops_the_run_at_the_first_call(
+    data: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that drops every connection: one attempt, no retries, exit 2 with the fix."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    attempts: list[int] = []
+
+    def drop_connections() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = listener.accept()
+                attempts.append(1)
+                connection.close()
+
+    threading.Thread(target=drop_connections, daemon=True).start()
+    dead = SimpleNamespace(url=f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
+    try:
+        assert evaluate(data, dead, tmp_path, "out") == 2
+    finally:
+        listener.close()
+    error = capsys.readouterr().err
+    assert "APIConnectionError" in error
+    assert "Check that the server is running and reachable (--base-url)" in error
+    assert len(attempts) == 1
+    assert not (tmp_path / "out").exists()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from eval_support import QUERIES, write_jsonl, write_legalbench
@@ -93,7 +95,6 @@ def test_eval_reads_jsonl(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         (["--methods", "topk,bogus"], "method 'bogus' is not known"),
         (["--methods", "budget3_s5"], "keep=5 is larger than k=3"),
         (["--methods", "topk", "--reference", "scar1"], "reference='scar1' is not among"),
-        (["--k", "0"], "k=0"),
         (["--model", "py:no_such_module:X"], "cannot be loaded"),
     ],
 )
@@ -124,3 +125,60 @@ def test_data_errors_exit_2_with_the_path_named(
     benchmark.write_text(json.dumps(tests))
     assert main(["eval", str(benchmark), "--corpus", str(corpus), *FAKE]) == 2
     assert "file_path '../secret.txt' resolves to" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda tests, corpus: '{"tests": ' + "[" * 100_000 + "]" * 100_000 + "}",
+         "nests JSON too deeply"),
+        (lambda tests, corpus: (corpus / "loop").symlink_to("loop") or _with_path(tests, "loop"),
+         "Symlink loop"),
+        (lambda tests, corpus: _with_path(tests, "a\x00.txt"), "holds a NUL byte"),
+    ],
+    ids=["deep JSON", "symlink loop", "NUL byte"],
+)  # fmt: skip
+def test_hostile_inputs_exit_2_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, message: str
+) -> None:
+    benchmark, corpus = write_legalbench(tmp_path)
+    benchmark.write_text(make(json.loads(benchmark.read_text()), corpus))
+    assert main(["eval", str(benchmark), "--corpus", str(corpus), *FAKE]) == 2
+    assert message in capsys.readouterr().err
+
+
+def _with_path(tests: dict[str, Any], file_path: str) -> str:
+    tests["tests"][0]["snippets"][0]["file_path"] = file_path
+    return json.dumps(tests)
+
+
+@pytest.mark.parametrize("flag", ["--bootstrap", "--k", "--chunk-size", "--answers-limit"])
+# --k 0 too: argparse refuses it, naming the flag, before anything is read or written.
+def test_a_negative_count_names_its_flag(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["eval", flag, "-3"])
+    assert stopped.value.code == 2
+    assert f"argument {flag}: -3 is not valid; it must be >= " in capsys.readouterr().err
+
+
+def test_budgets_skip_a_method_whose_extra_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_import = importlib.import_module
+
+    def without_dsrag(name: str, *args: Any) -> Any:
+        if name.startswith("dsrag"):
+            raise ImportError(name)
+        return real_import(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", without_dsrag)
+    benchmark, corpus = write_legalbench(tmp_path)
+    arguments = ["eval", str(benchmark), "--corpus", str(corpus), "--chunk-size", "60",
+                 "--methods", "topk", "--bootstrap", "0", "--no-sweep", "--no-plot",
+                 "--budgets", "2,3", "--out", str(tmp_path / "out"), *FAKE]  # fmt: skip
+    assert main(arguments) == 0
+    error = capsys.readouterr().err
+    assert "--budgets skips rseB: 'dsrag' is not installed" in error
+    assert "pip install 'scar-retrieval[compare]'" in error
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| B | topB | budgetB | prevnextB |" in report
