@@ -37,8 +37,9 @@ def suggest_continuity_bonus(
     """Suggest ``continuity_bonus`` for your model: ``factor`` times the mean boundary penalty.
 
     Args:
-        documents: The embeddings of consecutive chunks, in document order: one 2-D array (one
-            document) or a list of them (one per document; pairs never span two documents).
+        documents: The embeddings of consecutive chunks, in document order: one 2-D array or
+            list of vectors (one document, as ``Embeddings.embed_documents`` returns it), or a
+            list of them (one per document; pairs never span two documents).
             A few hundred adjacent pairs are plenty.
         factor: ``alpha`` per unit of mean boundary penalty (0.5, fitted on the dev sets).
 
@@ -48,9 +49,8 @@ def suggest_continuity_bonus(
     Raises:
         InvalidSettingsError: If no pair of adjacent chunks with usable vectors is given.
     """
-    arrays = [documents] if isinstance(documents, np.ndarray) and documents.ndim == 2 else documents
     penalties: list[npt.NDArray[np.float64]] = []
-    for vectors in arrays:  # type: ignore[union-attr]
+    for vectors in _documents(documents):
         units, usable = unit_rows(np.asarray(vectors, dtype=np.float64))
         pairs = usable[:-1] & usable[1:]
         penalties.append(1.0 - np.einsum("ij,ij->i", units[:-1], units[1:])[pairs])
@@ -61,3 +61,14 @@ def suggest_continuity_bonus(
             "consecutive chunks of at least one document, in document order."
         )
     return round(factor * float(every.mean()), 3)
+
+
+def _documents(documents: Sequence[npt.ArrayLike] | npt.ArrayLike) -> list[npt.ArrayLike]:
+    """One document's vectors (a 2-D array or list of lists) or several documents' vectors."""
+    try:
+        single = np.asarray(documents, dtype=np.float64)
+    except (TypeError, ValueError):  # documents of different lengths
+        single = None
+    if single is not None and single.ndim == 2:
+        return [single]
+    return list(documents)  # type: ignore[arg-type]

@@ -82,10 +82,10 @@ class QueryDriver:
         self.hit_ids = list(unique)[: settings.k]
         self.chunks: dict[str, Chunk] = {h: unique[h] for h in self.hit_ids}
         self.missing: set[str] = set()
+        #: Reads received so far; also how far from the hits the walk has come.
         self.reads = 0
         self._ring = list(self.hit_ids)
         self._asked: list[str] = []
-        self._distance = 0
 
     def wanted(self) -> list[str]:
         """Return the chunk ids to read next (with their vectors), or ``[]`` when done.
@@ -94,7 +94,7 @@ class QueryDriver:
         """
         if self._asked:
             return list(self._asked)
-        if self._distance >= self.settings.window or not self._ring:
+        if self.reads >= self.settings.window or not self._ring:
             return []
         ring = {
             target: None
@@ -104,7 +104,7 @@ class QueryDriver:
             and target not in self.chunks
             and target not in self.missing
         }
-        if self._distance == 0:
+        if self.reads == 0:
             unread = [h for h in self.hit_ids if self.chunks[h].vector is None]
             ring = {h: None for h in unread if not h.startswith(UNSTORED_HIT_PREFIX)} | ring
         self._asked = list(ring)
@@ -116,7 +116,16 @@ class QueryDriver:
         """Take the chunks read for the last :meth:`wanted`; ids not among them count as missing.
 
         A retrieved chunk read again keeps the links the search gave it and takes the new vector.
+
+        Raises:
+            RuntimeError: If no read is outstanding (``wanted()`` returned nothing, or was not
+                called since the last ``receive()``).
         """
+        if not self._asked:
+            raise RuntimeError(
+                "QueryDriver.receive() was called with no read outstanding; call wanted() first "
+                "and receive() once with what was read for it."
+            )
         arrived = {chunk.id: chunk for chunk in chunks if chunk.id in self._asked}
         for chunk_id, chunk in arrived.items():
             known = self.chunks.get(chunk_id)
@@ -128,7 +137,6 @@ class QueryDriver:
         new = [c for c in arrived if c not in self.hit_ids]
         self._ring = new
         self._asked = []
-        self._distance += 1
         self.reads += 1
 
     def result(self) -> Selection:

@@ -9,6 +9,8 @@ __all__ = ["MIN_TEXT_OVERLAP", "stitch", "text_overlap"]
 
 #: Shorter repeats between two chunks are taken as chance, not as the splitter's overlap.
 MIN_TEXT_OVERLAP = 16
+#: What joins two chunks the splitter separated by 1, or 2 and more, whitespace characters.
+_GAPS = {1: "\n", 2: "\n\n"}
 
 
 def text_overlap(previous: str, current: str) -> int:
@@ -39,7 +41,9 @@ def stitch(texts: Sequence[str], starts: Sequence[int | None] | None = None) -> 
             suffix/prefix of at least :data:`MIN_TEXT_OVERLAP` characters is dropped.
 
     Returns:
-        The passage text. Chunks that do not overlap are joined with a line break.
+        The passage text. Chunks that do not overlap are joined with a line break; where the
+        offsets show that the splitter dropped two or more characters between them (the
+        whitespace of a paragraph break), with a blank line, so paragraphs stay paragraphs.
     """
     if not texts:
         return ""
@@ -51,7 +55,7 @@ def stitch(texts: Sequence[str], starts: Sequence[int | None] | None = None) -> 
         if start_before is not None and start is not None:
             end_before = start_before + len(before)
             trimmed = min(max(end_before - start, 0), len(text))
-            joiner = "" if trimmed or start == end_before else "\n"
+            joiner = "" if trimmed or start == end_before else _GAPS[min(start - end_before, 2)]
         else:
             trimmed = text_overlap(before, text)
             joiner = "" if trimmed else "\n"

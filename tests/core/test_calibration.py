@@ -30,6 +30,8 @@ def test_the_suggestion_is_the_factor_times_the_mean_boundary_penalty(seed: int)
     assert suggest_continuity_bonus(documents) == naive(lists, 0.5)
     assert suggest_continuity_bonus(documents, factor=0.7) == naive(lists, 0.7)
     assert suggest_continuity_bonus(documents[0]) == naive(lists[:1], 0.5)
+    # One document as embed_documents returns it: a list of lists of floats.
+    assert suggest_continuity_bonus(lists[0]) == naive(lists[:1], 0.5)
 
 
 def test_pairs_never_span_two_documents_and_unusable_vectors_are_skipped() -> None:

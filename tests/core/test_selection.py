@@ -199,6 +199,17 @@ def test_the_driver_reads_ring_by_ring_and_selects_what_the_full_graph_gives(cas
     assert driver.result().chunk_ids == select(query, ranked, chunks, chosen).chunk_ids
 
 
+def test_the_driver_refuses_a_receive_it_did_not_ask_for() -> None:
+    query, ranked, chunks = corpus(3)
+    driver = QueryDriver(query, [chunks[ranked[0]]], BudgetSettings(k=3))
+    with pytest.raises(RuntimeError, match=r"call wanted\(\) first"):
+        driver.receive([chunks[ranked[1]]])
+    ids = driver.wanted()
+    driver.receive(chunks[i] for i in ids if i in chunks)
+    with pytest.raises(RuntimeError, match="no read outstanding"):
+        driver.receive([])
+
+
 def test_a_hit_without_a_usable_vector_keeps_its_place_and_is_never_lost() -> None:
     query, ranked, chunks = corpus(6)
     broken = dict(chunks)
