@@ -239,7 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     printed on stderr without a traceback, with exit status 2.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # argparse has printed the usage and what is wrong, or the help
+        return stop.code if isinstance(stop.code, int) else 2
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

@@ -123,7 +123,7 @@ def _details(results: EvalResults, i: int, labels: dict[str, str]) -> list[str]:
         lines.append(
             f"      bid {position[d.neighbor_id]:>2} next to {position[d.via_id]:>2}: "
             f"cos(q,n) {d.relevance:.3f}  b {d.boundary_penalty:.3f}  S {d.score:.3f} "
-            f"(lone bar {d.threshold:.3f})  {verdict}{'  (gold)' * (d.neighbor_id in gold)}"
+            f"(bar {d.threshold:.3f})  {verdict}{'  (gold)' * (d.neighbor_id in gold)}"
         )
     return lines
 
@@ -134,7 +134,7 @@ def format_demo(results: EvalResults, *, verbose: bool = False) -> str:
     Args:
         results: What :func:`run_demo` returned.
         verbose: Also print each question's chunks (``*`` marks gold) and every bid the default
-            weighed: ``S`` against the bar, the bid it had to beat minus the continuity bonus.
+            weighed: ``S`` against its bar, the score at which the auction's verdict flips.
     """
     prepared, k = results.prepared, int(results.config["k"])
     labels = {name: label.replace("K", str(k)) for name, label in DEMO_METHODS.items()}

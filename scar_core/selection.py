@@ -33,7 +33,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -96,9 +96,11 @@ class Decision:
         relevance: ``cos(q, n)``.
         boundary_penalty: ``b = 1 - cos(via, n)``.
         score: ``S = relevance - lambda_ * b``.
-        threshold: The bar ``S`` was compared with: ``gamma * cos(q, seed)`` in paper mode; in
-            budget mode, the relevance of the best retrieved chunk left out minus the continuity
-            bonus (what a lone neighbour had to beat; a run of neighbours bids as a whole).
+        threshold: The bar ``S`` was compared with: accepted exactly when ``S > threshold``. In
+            paper mode ``gamma * cos(q, seed)``; in budget mode the score at which the auction's
+            verdict on this neighbour would flip, all else equal: ``S`` less what taking it
+            gains (or plus what it would cost) the best total bid, within the range of ``S``,
+            ``[-1 - 2 * lambda_, 1]``.
         accepted: Whether it was selected.
     """
 
@@ -347,11 +349,11 @@ def budget_select(
         for edge, cosine in linked.items()
     }
     kept = set(ranked[: settings.kept])
-    picked = _best_set(chains, value, pair, rank_of, kept, min(settings.k, len(candidates)))
+    auction = _Auction(chains, value, pair, rank_of, kept, min(settings.k, len(candidates)))
+    picked = auction.picked
+    lowest = -1.0 - 2.0 * settings.lambda_  # the lowest S there is
 
     taken = [c for c in ranked if c in picked]
-    left = [bids[rank_of[c]] for c in ranked if c not in picked]
-    price = (left[0] if left else -1.0 - 2.0 * settings.lambda_) - settings.continuity_bonus
     selected = {c: Selected(c, "hit", c, rank_of[c], bids[rank_of[c]]) for c in taken}
     decisions: list[Decision] = []
     for chain in chains:
@@ -364,9 +366,10 @@ def budget_select(
             known = linked.get((via, chunk_id), linked.get((chunk_id, via)))
             cosine = scored.boundary_cosine(via, chunk_id) if known is None else known
             score = expansion_score(scored.relevance[chunk_id], cosine, settings.lambda_)
+            threshold = min(max(score - auction.gain(chunk_id), lowest), 1.0)  # S's range
             decision = Decision(
                 chunk_id, seed, via, direction, steps, scored.relevance[chunk_id],
-                boundary_penalty(cosine), score, price, chunk_id in picked,
+                boundary_penalty(cosine), score, threshold, chunk_id in picked,
             )  # fmt: skip
             decisions.append(decision)
             if decision.accepted:
@@ -521,42 +524,109 @@ def _chain_pick(
     return picked
 
 
-def _best_set(
-    chains: Sequence[Sequence[str]],
-    value: Mapping[str, float],
-    pair: Mapping[tuple[str, str], float],
-    rank_of: Mapping[str, int],
-    kept: set[str],
-    k: int,
-) -> set[str]:
-    """The set of candidates with the highest total bid, of size ``k`` or as large as can be."""
-    tables = []
-    for chain in chains:
-        hit = [c in rank_of for c in chain]
-        forced = [c in kept for c in chain]
-        tables.append(_chain_table(chain, value, pair, hit, forced, k))
-    # Combine the chains: best[i][n] is the best total of n chunks from the first i chains.
-    best = [0.0] + [_NONE] * k
-    split: list[list[int]] = []
-    for totals, _, _ in tables:
-        new, share = [_NONE] * (k + 1), [0] * (k + 1)
-        for before in range(k + 1):
-            if best[before] == _NONE:
-                continue
-            for count in range(min(len(totals), k + 1 - before)):
-                if totals[count] != _NONE and best[before] + totals[count] > new[before + count]:
-                    new[before + count], share[before + count] = best[before] + totals[count], count
-        best = new
-        split.append(share)
-    size = max(n for n in range(k + 1) if best[n] != _NONE)
-    picked: set[str] = set()
-    for index in range(len(chains) - 1, -1, -1):
-        count = split[index][size]
-        _, ends, moves = tables[index]
-        if count:
-            picked.update(_chain_pick(chains[index], moves, ends[count], count))
-        size -= count
-    return picked
+def _max_plus(first: Sequence[float], second: Sequence[float], k: int) -> list[float]:
+    """Best totals of ``n`` chunks taken from two groups, ``first[a] + second[n - a]``, n <= k."""
+    out = [_NONE] * (k + 1)
+    for a, x in enumerate(first[: k + 1]):
+        if x == _NONE:
+            continue
+        for b, y in enumerate(second[: k + 1 - a]):
+            if y != _NONE and x + y > out[a + b]:
+                out[a + b] = x + y
+    return out
+
+
+class _Auction:
+    """The set of candidates with the highest total bid, and what each verdict is worth.
+
+    ``picked`` is the best set, of size ``k`` or as large as can be. :meth:`gain` tells, for a
+    neighbour, how much the best total falls if its verdict is reversed.
+    """
+
+    def __init__(
+        self,
+        chains: Sequence[Sequence[str]],
+        value: Mapping[str, float],
+        pair: Mapping[tuple[str, str], float],
+        rank_of: Mapping[str, int],
+        kept: set[str],
+        k: int,
+    ) -> None:
+        self.chains, self.value, self.pair, self.k = chains, value, pair, k
+        self.hit = [[c in rank_of for c in chain] for chain in chains]
+        self.forced = [[c in kept for c in chain] for chain in chains]
+        tables = [self._table(i, value, self.forced[i]) for i in range(len(chains))]
+        # prefix[i] / suffix[i]: best totals from the chains before / from chain i on.
+        self.prefix = [[0.0] + [_NONE] * k]
+        for totals, _, _ in tables:
+            self.prefix.append(_max_plus(self.prefix[-1], totals, k))
+        self.suffix = [[0.0] + [_NONE] * k]
+        for totals, _, _ in reversed(tables):
+            self.suffix.insert(0, _max_plus(totals, self.suffix[0], k))
+        best = self.prefix[-1]
+        self.size = max(n for n in range(k + 1) if best[n] != _NONE)
+        self.total = best[self.size]
+        self.chain_of = {c: i for i, chain in enumerate(chains) for c in chain}
+        self._others: dict[int, list[float]] = {}
+        self.picked = self._pick(tables)
+
+    def _table(
+        self, index: int, value: Mapping[str, float], forced: Sequence[bool]
+    ) -> tuple[list[float], list[int], list[tuple[list[int], list[int], list[int]]]]:
+        return _chain_table(self.chains[index], value, self.pair, self.hit[index], forced, self.k)
+
+    def _pick(self, tables: Sequence[tuple[list[float], list[int], Any]]) -> set[str]:
+        """Walk the best combination back, chain by chain, then inside each chain."""
+        picked: set[str] = set()
+        size = self.size
+        for index in range(len(self.chains) - 1, -1, -1):
+            totals, ends, moves = tables[index]
+            before = self.prefix[index]
+            count = next(  # of equal totals, the most chunks from the later chain, as built
+                c for c in range(min(len(totals), size + 1) - 1, -1, -1)
+                if totals[c] != _NONE and before[size - c] != _NONE
+                and before[size - c] + totals[c] == self._after(index, size)
+            )  # fmt: skip
+            if count:
+                picked.update(_chain_pick(self.chains[index], moves, ends[count], count))
+            size -= count
+        return picked
+
+    def _after(self, index: int, size: int) -> float:
+        """The best total of ``size`` chunks from the chains up to and including ``index``."""
+        return self.prefix[index + 1][size]
+
+    def gain(self, chunk_id: str) -> float:
+        """What taking this candidate is worth to the best total: > 0 if taken, <= 0 if not.
+
+        It is the best total less the best total with the verdict reversed (taken: without it;
+        left: with it), signed, so that ``S > S - gain`` exactly when the candidate is taken.
+        """
+        index = self.chain_of[chunk_id]
+        position = self.chains[index].index(chunk_id)
+        value: Mapping[str, float]
+        if chunk_id in self.picked:  # the best set without it
+            value, forced = {**self.value, chunk_id: _NONE}, self.forced[index]
+        else:  # the best set with it
+            value = self.value
+            forced = [f or p == position for p, f in enumerate(self.forced[index])]
+        totals = self._table(index, value, forced)[0]
+        if index not in self._others:  # the best totals of every other chain, once per chain
+            self._others[index] = _max_plus(self.prefix[index], self.suffix[index + 1], self.k)
+        others = self._others[index]
+        reversed_total = max(
+            (others[self.size - c] + totals[c] for c in range(min(len(totals), self.size + 1))
+             if totals[c] != _NONE and others[self.size - c] != _NONE),
+            default=_NONE,
+        )  # fmt: skip
+        loss = max(self.total - reversed_total, 0.0)  # the best total is the best: never < 0
+        if chunk_id in self.picked:  # a tie keeps it: it must clear its bar, if only just
+            return loss or _TIE
+        return -loss
+
+
+#: What a neighbour taken on a tie clears its bar by.
+_TIE = 1e-12
 
 
 def select(

@@ -62,8 +62,12 @@ def naive_paper(query, ranked, chunks, k, lam, gamma, window):
     return chosen
 
 
-def naive_budget(query, ranked, chunks, k, keep, alpha, lam, window):
-    """Every set of k candidates, scored as the docstring says; the best one wins."""
+def naive_budget(query, ranked, chunks, k, keep, alpha, lam, window, with_=(), without=()):
+    """Every set of k candidates, scored as the docstring says; the best one wins.
+
+    ``with_`` and ``without``: chunks the set must hold, and must not. Returns the best set;
+    ``naive_budget.total`` holds its total bid.
+    """
     hits = ranked[:k]
     reach = {h: 0 for h in hits}
     for step in range(1, window + 1):
@@ -77,7 +81,7 @@ def naive_budget(query, ranked, chunks, k, keep, alpha, lam, window):
     best, best_total = None, -math.inf
     for subset in itertools.combinations(candidates, size):
         chosen = set(subset)
-        if not set(hits[:keep]) <= chosen:
+        if not set(hits[:keep]) | set(with_) <= chosen or chosen & set(without):
             continue
         runs = [r for r in passages_of(chosen, chunks)]
         if not all(any(c in hits for c in run) for run in runs):
@@ -89,6 +93,7 @@ def naive_budget(query, ranked, chunks, k, keep, alpha, lam, window):
                 total += alpha - lam * (1 - cos(chunks[c].vector, chunks[n].vector))
         if total > best_total:
             best, best_total = chosen, total
+    naive_budget.total = best_total
     return best
 
 
@@ -127,6 +132,25 @@ def test_segment_auction_finds_the_best_set_that_exhaustive_search_finds(seed: i
         want = naive_budget(query, ranked, chunks, k, keep, alpha, 0.1, window)
         assert set(got.chunk_ids) == want
         assert len(got.chunk_ids) == len(want)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_budget_decisions_threshold_is_where_its_verdict_flips(seed: int) -> None:
+    query, ranked, chunks = corpus(seed, length=6)
+    for k, keep, alpha, window in ((3, 1, 0.2, 2), (4, 2, 0.5, 1), (4, 1, 0.05, 2)):
+        bs = BudgetSettings(k=k, keep=keep, continuity_bonus=alpha, window=window)
+        got = budget_select(query, ranked, chunks, bs)
+        naive_budget(query, ranked, chunks, k, keep, alpha, 0.1, window)
+        best = naive_budget.total
+        for d in got.decisions:
+            assert d.accepted == (d.score > d.threshold), d
+            flip = {"without": [d.neighbor_id]} if d.accepted else {"with_": [d.neighbor_id]}
+            naive_budget(query, ranked, chunks, k, keep, alpha, 0.1, window, **flip)
+            loss = best - naive_budget.total  # what reversing the verdict costs
+            if math.isfinite(loss) and loss > 1e-9:
+                expected = d.score - loss if d.accepted else d.score + loss
+                expected = min(max(expected, -1.2), 1.0)  # clamped to the range of S (lambda 0.1)
+                assert d.threshold == pytest.approx(expected, abs=1e-9), d
 
 
 def test_hand_built_cosines_decide_as_the_formula_says() -> None:
