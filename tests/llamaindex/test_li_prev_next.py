@@ -200,7 +200,7 @@ def test_counts_kept_hits_and_order_hold_for_any_chain(
     if mode == "budget":
         assert len(ids) <= k
         assert len(ids) == k or len(unique_hits) < k
-        assert set(unique_hits[: max(1, math.ceil(k * 0.3))]) <= set(ids)
+        assert set(unique_hits[: BudgetSettings(k=k).kept]) <= set(ids)
     else:
         assert set(unique_hits[:k]) <= set(ids)
     for passage in {n.node.metadata["scar_passage"] for n in output}:
