@@ -8,9 +8,11 @@
 
 from __future__ import annotations
 
+import difflib
 import math
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
 from scar_core.errors import InvalidSettingsError
 
@@ -22,7 +24,9 @@ __all__ = [
     "BudgetSettings",
     "Direction",
     "PaperSettings",
+    "ScarSettings",
     "default_keep",
+    "take_settings",
 ]
 
 Direction = Literal["both", "previous", "next"]
@@ -146,3 +150,120 @@ class PaperSettings:
             raise InvalidSettingsError("gamma=0 is not valid; it must be in (0, 1] (paper: 0.8).")
         _check_int("window", self.window, 1)
         _check_direction(self.direction)
+
+
+#: Settings that apply to one mode only, with the fix when given for the other.
+_BUDGET_ONLY = ("keep", "continuity_bonus")
+_PAPER_ONLY = ("gamma", "window", "direction")
+
+
+@dataclass(frozen=True)
+class ScarSettings:
+    """Every setting the adapters take, declared once: names, defaults, ranges and messages.
+
+    ``SCARRetriever`` and ``SCARNodePostprocessor`` take these as keyword arguments and keep
+    them in their ``settings``; an unknown name is refused by :func:`take_settings`.
+
+    Attributes:
+        mode: ``"budget"`` (exactly ``k`` chunks) or ``"paper"`` (the paper's rule on ``k``
+            seeds; the count varies).
+        k: Chunks returned (budget) or seeds (paper); ``None``: the adapter's default
+            (LangChain: 4; LlamaIndex: as many nodes as it receives).
+        lambda_: Weight of the boundary penalty, both modes.
+        keep: Budget mode: the best retrieved chunks always kept (default: 2, at most ``k``).
+        continuity_bonus: Budget mode: ``alpha``, the bonus of a continuing neighbour.
+        gamma: Paper mode: the relative threshold.
+        window: Paper mode: how many steps a passage may grow from its seed (1).
+        direction: Paper mode: ``"both"``, ``"previous"`` or ``"next"``.
+        neighbor_filter: Whether a neighbour may be returned, from its metadata; applied to
+            every neighbour read, on top of the search's own filter.
+        allow_unfiltered_neighbors: Read neighbours without a search filter SCAR cannot apply
+            (only where no filter guards access); filters it can apply are still applied.
+
+    Raises:
+        InvalidSettingsError: For a value out of range, or a setting of the other mode, with
+            the fix in the message.
+    """
+
+    mode: Literal["budget", "paper"] = "budget"
+    k: int | None = None
+    lambda_: float = DEFAULT_LAMBDA
+    keep: int | None = None
+    continuity_bonus: float | None = None
+    gamma: float | None = None
+    window: int | None = None
+    direction: Direction | None = None
+    neighbor_filter: Callable[[Mapping[str, Any]], bool] | None = None
+    allow_unfiltered_neighbors: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("budget", "paper"):
+            raise InvalidSettingsError(f"mode={self.mode!r} is not valid; use 'budget' or 'paper'.")
+        other = "paper" if self.mode == "budget" else "budget"
+        for name in _PAPER_ONLY if self.mode == "budget" else _BUDGET_ONLY:
+            if getattr(self, name) is not None:
+                raise InvalidSettingsError(
+                    f"{name}={getattr(self, name)!r} does not apply to mode={self.mode!r}: it "
+                    f"applies only to mode={other!r}; pass mode={other!r}, or drop {name}."
+                )
+        if self.neighbor_filter is not None and not callable(self.neighbor_filter):
+            raise InvalidSettingsError(
+                f"neighbor_filter={self.neighbor_filter!r} is not callable; pass a function of a "
+                "chunk's metadata that returns True for chunks the query may see."
+            )
+        if not isinstance(self.allow_unfiltered_neighbors, bool):
+            raise InvalidSettingsError(
+                f"allow_unfiltered_neighbors={self.allow_unfiltered_neighbors!r} must be True "
+                "or False."
+            )
+        self.for_query(self.k if self.k is not None else max(DEFAULT_K, self.keep or 1), True)
+
+    def for_query(self, k: int, strict: bool = False) -> BudgetSettings | PaperSettings:
+        """Return the mode's settings at budget ``k`` (``keep`` is capped at ``k`` unless strict).
+
+        Raises:
+            InvalidSettingsError: If ``k`` or a setting is out of range.
+        """
+        if self.mode == "paper":
+            paper = {n: getattr(self, n) for n in _PAPER_ONLY if getattr(self, n) is not None}
+            return PaperSettings(k=k, lambda_=self.lambda_, **paper)
+        budget: dict[str, Any] = {"lambda_": self.lambda_}
+        if self.continuity_bonus is not None:
+            budget["continuity_bonus"] = self.continuity_bonus
+        if self.keep is not None:
+            budget["keep"] = self.keep if strict else min(self.keep, _check_int("k", k, 1))
+        return BudgetSettings(k=k, **budget)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The setting names, in declaration order."""
+        return tuple(f.name for f in fields(cls))
+
+
+def take_settings(
+    given: dict[str, Any], owner: str, own: Iterable[str], hints: Mapping[str, str] | None = None
+) -> ScarSettings:
+    """Move SCAR's settings out of an adapter's keyword arguments, refusing unknown names.
+
+    Args:
+        given: The keyword arguments; SCAR's settings are popped from it.
+        owner: The adapter's name, for messages.
+        own: The adapter's own argument names, left in ``given``.
+        hints: Names users bring from elsewhere, with what to write instead.
+
+    Returns:
+        The settings, validated.
+
+    Raises:
+        InvalidSettingsError: For an unknown name (with the nearest known ones) or a bad value.
+    """
+    known = (*ScarSettings.names(), *own)
+    for name in given:
+        if name in known:
+            continue
+        hint = (hints or {}).get(name)
+        if hint is None:
+            near = difflib.get_close_matches(name, known, n=2, cutoff=0.6)
+            hint = f"did you mean {' or '.join(near)}?" if near else f"known: {', '.join(known)}."
+        raise InvalidSettingsError(f"{owner} got an unknown setting {name}={given[name]!r}; {hint}")
+    return ScarSettings(**{n: given.pop(n) for n in ScarSettings.names() if n in given})

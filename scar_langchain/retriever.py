@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
-import weakref
-from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -18,25 +15,25 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from scar_core.cache import EmbeddingCache
-from scar_core.driver import QueryDriver, distinct_ids
 from scar_core.errors import InvalidSettingsError, NeighborFetchError, unfilterable_store_error
 from scar_core.passages import stitch
-from scar_core.selection import Chunk
-from scar_core.settings import DEFAULT_K, BudgetSettings, Direction, PaperSettings
+from scar_core.query import Fallback, Found, Placed, ScarQuery, warn_once
+from scar_core.settings import DEFAULT_K, ScarSettings, take_settings
 from scar_langchain import links as lk
-from scar_langchain.links import chunk_id_of, links_of
-from scar_langchain.stores import Found, StoreReader, reader_for
+from scar_langchain.stores import StoreReader, reader_for
 
 __all__ = ["SCARRetriever"]
 
-_BUDGET_ONLY = ("keep", "continuity_bonus")
-_PAPER_ONLY = ("gamma", "window", "direction")
-#: Per-chunk keys that do not describe a stitched passage.
+#: Per-chunk keys that do not describe a stitched passage (Qdrant adds "_id", "_collection_name").
 _CHUNK_KEYS = {lk.CHUNK_ID_KEY, lk.POSITION_KEY, lk.PREVIOUS_ID_KEY, lk.NEXT_ID_KEY, "_id"}
-_CHUNK_KEYS.add("_collection_name")  # Qdrant adds it and "_id" to each hit
-_TRACE = ("scar_passage", "scar_origin", "scar_score", "scar_seed_id")
-_DECISION = ("relevance", "boundary_penalty", "score", "threshold")
-_warned_stores: weakref.WeakSet[VectorStore] = weakref.WeakSet()
+_CHUNK_KEYS.add("_collection_name")
+#: What users bring from ``as_retriever`` and LlamaIndex, and what SCAR takes instead.
+_HINTS = {
+    "top_k": "SCARRetriever's budget is k=...",
+    "similarity_top_k": "SCARRetriever's budget is k=...",
+    "search_type": "SCARRetriever runs a similarity search; to put SCAR after another first "
+    "stage (MMR, hybrid, a reranker), say so in an issue",
+}
 
 
 class SCARRetriever(BaseRetriever):
@@ -45,40 +42,36 @@ class SCARRetriever(BaseRetriever):
     Budget mode (the default) returns exactly ``k`` Documents, one per chunk, like
     ``as_retriever(search_kwargs={"k": k})``: the two best retrieved chunks are kept, and the
     other slots go to further hits or to neighbours that continue a chosen chunk, whichever set
-    bids higher in total (see ``scar_core.selection``). ``mode="paper"`` applies the paper's rule to ``k`` seeds instead, and the count varies.
+    bids higher in total (see ``scar_core.selection``). ``mode="paper"`` applies the paper's
+    rule to ``k`` seeds instead, and the count varies.
 
     Documents come passage by passage (passages by their best hit's rank, chunks in document
     order). Metadata adds ``scar_passage``, ``scar_origin`` (``"hit"`` or ``"neighbor"``),
-    ``scar_score``, ``scar_seed_id``, ``scar_decision`` (for a neighbour: relevance, boundary
-    penalty, score and threshold), ``scar_expanded`` and ``scar_embedded`` (chunks this query had
-    to embed because the store did not return their vectors).
+    ``scar_score`` (the chunk's cosine to the query, or a neighbour's ``S``), ``scar_seed_id``,
+    ``scar_decision`` (for a neighbour: relevance, boundary penalty, score and the threshold it
+    cleared), ``scar_expanded`` and ``scar_embedded`` (texts this query had to embed because the
+    store gave no vector).
 
     Setup:
-        Index chunks with links: ``link_chunks`` gives each chunk a stable id and its neighbours'
-        ids in metadata (``pip install 'scar-retrieval[langchain]'``).
+        Index chunks with links: ``link_chunks`` gives each chunk an id and its neighbours' ids in
+        metadata (``pip install 'scar-retrieval[langchain]'``).
 
     Key init args:
         vectorstore: The store to search; its ``embeddings`` embed the query.
         k: Chunks returned (budget mode) or seeds expanded (paper mode). Default 4.
-        mode: ``"budget"`` (default) or ``"paper"``.
         search_kwargs: Passed to the store's search, e.g. ``{"filter": ...}``; the filter
-            applies to every neighbour SCAR reads too (see "Filters" below).
-        merge_passages: Return each passage as one stitched Document (at most ``k`` of them,
-            holding exactly ``k`` chunks in budget mode).
-        keep, continuity_bonus: Budget mode only: hits always kept (default 2)
-            and the bonus a continuing neighbour gets (0.25, for MiniLM-scale cosines).
-        lambda_: Boundary-penalty weight, both modes (0.1).
-        gamma, window, direction: Paper mode only (0.8, 1, ``"both"``).
-        neighbor_filter: A function of a chunk's metadata that says whether this retriever may
-            return it; applied to every neighbour, on top of the search's filter.
-        allow_unfiltered_neighbors: Read neighbours of a store whose filter SCAR cannot apply
-            to reads by id, without that filter. Only for stores where no filter guards access.
+            restricts every neighbour SCAR reads too (see "Filters").
+        merge_passages: Return each passage as one stitched Document.
+        **settings: The rest of :class:`scar_core.ScarSettings` (``mode``, ``lambda_``,
+            ``keep``, ``continuity_bonus``, ``gamma``, ``window``, ``direction``,
+            ``neighbor_filter``, ``allow_unfiltered_neighbors``); kept in ``retriever.settings``.
+            An unknown name is refused.
 
     Filters:
         SCAR never returns a chunk that the search, with the same ``search_kwargs``, could not
-        return: the search's ``filter`` (and Chroma's ``where_document``) restricts every read of
-        neighbours, natively, on InMemory, FAISS, PGVector, Chroma and Qdrant. A neighbour the
-        filter excludes counts as missing, and a passage ends there. On any other store, a
+        return: the search's ``filter`` (and Chroma's ``where_document``) restricts every read
+        of neighbours, natively, on InMemory, FAISS, PGVector, Chroma and Qdrant. A neighbour the
+        filter excludes counts as missing, and the passage ends there. On any other store, a
         search argument that may restrict the search is refused with the two ways forward
         (``neighbor_filter`` or ``allow_unfiltered_neighbors``), never dropped silently.
 
@@ -107,87 +100,72 @@ class SCARRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     vectorstore: VectorStore
-    k: int = Field(default=DEFAULT_K, ge=1, description="Chunks returned, or paper-mode seeds.")
-    mode: Literal["budget", "paper"] = "budget"
+    settings: ScarSettings = Field(default_factory=ScarSettings)
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     merge_passages: bool = False
-    keep: int | None = Field(default=None, ge=1, description="Budget mode: hits always kept.")
-    continuity_bonus: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    lambda_: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    gamma: float | None = Field(default=None, gt=0, le=1, description="Paper mode: threshold.")
-    window: int | None = Field(default=None, ge=1, description="Paper mode: steps from a seed.")
-    direction: Direction | None = None
     embedding_cache: EmbeddingCache | None = Field(
         default=None, description="Where embedded chunk vectors are kept (default on disk)."
     )
-    neighbor_filter: Callable[[dict[str, Any]], bool] | None = Field(
-        default=None, description="Whether a neighbour may be returned, from its metadata."
-    )
-    allow_unfiltered_neighbors: bool = Field(
-        default=False, description="Read neighbours without a filter SCAR cannot apply."
-    )
 
     _reader: StoreReader = PrivateAttr()
-    _warned_unlinked: bool = PrivateAttr(default=False)
+    _fallback: Fallback = PrivateAttr()
 
     def __init__(self, **data: Any) -> None:
         try:
             super().__init__(**data)
-        except ValidationError as error:  # raise SCAR's own error as documented, not pydantic's
+        except ValidationError as error:  # raise SCAR's own error, as documented
             ours = [e["ctx"]["error"] for e in error.errors() if "error" in e.get("ctx", {})]
-            settings_errors = [e for e in ours if isinstance(e, InvalidSettingsError)]
-            if settings_errors:
-                raise settings_errors[0] from None
-            raise
+            raise next((e for e in ours if isinstance(e, InvalidSettingsError)), error) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _take_settings(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "settings" not in data:
+            data = dict(data)
+            own = [name for name in cls.model_fields if name != "settings"]
+            data["settings"] = take_settings(data, "SCARRetriever", own, _HINTS)
+        return data
 
     @model_validator(mode="after")
-    def _settings_fit_the_mode(self) -> SCARRetriever:
-        given = self.model_fields_set
-        wrong, fix = (
-            (_PAPER_ONLY, "pass mode='paper' to use the paper's rule")
-            if self.mode == "budget"
-            else (_BUDGET_ONLY, "drop it, or use the default mode='budget'")
-        )
-        for name in wrong:
-            if name in given and getattr(self, name) is not None:
-                raise InvalidSettingsError(
-                    f"{name}={getattr(self, name)!r} does not apply to mode={self.mode!r}; {fix}."
-                )
+    def _check_store(self) -> SCARRetriever:
         if "k" in self.search_kwargs:
             raise InvalidSettingsError(
                 "search_kwargs must not hold 'k': SCARRetriever sets the search's k itself; "
                 "pass SCARRetriever(k=...) instead."
             )
-        if getattr(self.vectorstore, "embeddings", None) is None:
+        embeddings: Embeddings | None = getattr(self.vectorstore, "embeddings", None)
+        if embeddings is None:
             raise InvalidSettingsError(
                 f"{type(self.vectorstore).__name__} exposes no `embeddings`, so SCAR cannot embed "
                 "the query; create the store with an Embeddings object."
             )
-        self._settings(self.k)  # range checks the pydantic constraints cannot express
         self._reader = reader_for(self.vectorstore)
         self._check_filter(self.search_kwargs)
+        store = type(self.vectorstore).__name__
+        self._fallback = Fallback(
+            _embedding_key(embeddings),
+            embeddings.embed_documents,
+            self.embedding_cache,
+            f"{store} gave SCAR no stored vectors for some chunks, so their texts are embedded "
+            "at query time (once each, then cached on disk; counted in "
+            "metadata['scar_embedded']). Use a store SCAR reads vectors from (InMemory, FAISS, "
+            "PGVector, Chroma, Qdrant) to avoid it.",
+            self.vectorstore,
+        )
         return self
 
     def _check_filter(self, search: dict[str, Any]) -> None:
         """Refuse search arguments that restrict the search but that SCAR cannot apply to reads."""
         unapplied = self._reader.unapplied(search)
-        if unapplied and self.neighbor_filter is None and not self.allow_unfiltered_neighbors:
+        allowed = self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors
+        if unapplied and not allowed:
             known = sorted(self._reader.applies) or "none"
             raise unfilterable_store_error(
                 type(self.vectorstore).__name__,
                 f"it applies {known} of the search's arguments to reads by id, not {unapplied}",
             )
 
-    def _settings(self, k: int) -> BudgetSettings | PaperSettings:
-        names = ("lambda_", *(_PAPER_ONLY if self.mode == "paper" else _BUDGET_ONLY))
-        given = {n: getattr(self, n) for n in names if getattr(self, n) is not None}
-        if self.mode == "paper":
-            return PaperSettings(k=k, **given)
-        if self.keep is not None and self.keep > k != self.k:
-            given["keep"] = k  # a smaller per-call k keeps at most k hits
-        return BudgetSettings(k=k, **given)
-
-    # The sync and async shells: the same steps, with the store's sync or async reads.
+    # The sync and async shells: search, read what the query asks for, render.
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
@@ -195,15 +173,10 @@ class SCARRetriever(BaseRetriever):
         k, search = self._call(kwargs)
         vector = self.vectorstore.embeddings.embed_query(query)  # type: ignore[union-attr]
         hits = self.vectorstore.similarity_search_by_vector(vector, k=k, **search)
-        driver, documents = self._start(vector, hits, k)
-        embedded = 0
-        while ids := driver.wanted():
-            try:
-                found = self._reader.read(ids, search)
-            except Exception as error:
-                raise self._fetch_error(ids, error) from error
-            embedded += self._receive(driver, found, documents)
-        return self._documents(driver, documents, embedded)
+        scar = self._query(vector, hits, k)
+        while ids := scar.wanted():
+            scar.receive(self._read(ids, search))
+        return self._render(scar.placed())
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
@@ -211,21 +184,16 @@ class SCARRetriever(BaseRetriever):
         k, search = self._call(kwargs)
         vector = await self.vectorstore.embeddings.aembed_query(query)  # type: ignore[union-attr]
         hits = await self.vectorstore.asimilarity_search_by_vector(vector, k=k, **search)
-        driver, documents = self._start(vector, hits, k)
-        embedded = 0
-        while ids := driver.wanted():
-            try:
-                found = await self._reader.aread(ids, search)
-            except Exception as error:
-                raise self._fetch_error(ids, error) from error
-            embedded += self._receive(driver, found, documents)
-        return self._documents(driver, documents, embedded)
+        scar = self._query(vector, hits, k)
+        while ids := scar.wanted():
+            await scar.areceive(await self._aread(ids, search))
+        return self._render(scar.placed())
 
     # The steps both shells share.
 
     def _call(self, kwargs: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """Return one call's budget and search arguments (``search_kwargs | kwargs``, k apart)."""
-        settings = sorted(set(kwargs) & set(type(self).model_fields) - {"k"})
+        settings = sorted(set(kwargs) & set(ScarSettings.names()) - {"k"})
         if settings:
             raise InvalidSettingsError(
                 f"invoke() got {settings}; of SCAR's settings only k=... may change per call "
@@ -233,102 +201,79 @@ class SCARRetriever(BaseRetriever):
                 "others on the retriever."
             )
         search = self.search_kwargs | kwargs
-        k = search.pop("k", self.k)
+        k = search.pop("k", self.settings.k or DEFAULT_K)
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InvalidSettingsError(f"k={k!r} is not valid; it must be an integer >= 1.")
         self._check_filter(search)
         return k, search
 
-    def _start(
-        self, vector: Sequence[float], hits: list[Document], k: int
-    ) -> tuple[QueryDriver, dict[str, Document]]:
-        hit_ids = distinct_ids([(chunk_id_of(d), _content_key(d)) for d in hits])
-        if hits and not any(any(links_of(d.metadata)) for d in hits) and not self._warned_unlinked:
-            self._warned_unlinked = True
-            warnings.warn(
-                f"None of the chunks {type(self.vectorstore).__name__} returned carries neighbour "
-                "links, so SCAR returns plain top-k. Index chunks with "
-                "scar_langchain.link_chunks(...), or link an existing store with "
-                "scar_langchain.link_store(...).",
-                stacklevel=4,
-            )
-        chunks = [Chunk(i, None, *links_of(d.metadata)) for i, d in zip(hit_ids, hits, strict=True)]
-        documents = dict(zip(reversed(hit_ids), reversed(hits), strict=True))  # the first wins
-        return QueryDriver(vector, chunks, self._settings(k)), documents
-
-    def _receive(self, driver: QueryDriver, found: Found, documents: dict[str, Document]) -> int:
-        """Hand one read to the driver, embedding the chunks the store gave no vector for.
-
-        A neighbour that ``neighbor_filter`` refuses is left out, so it counts as missing.
-        """
-        if self.neighbor_filter is not None:
-            allowed = self.neighbor_filter
-            found = {
-                i: f for i, f in found.items() if i in driver.hit_ids or allowed(f[0].metadata)
-            }
-        lacking = [i for i, (_, vector) in found.items() if vector is None]
-        texts = [found[i][0].page_content for i in lacking]
-        embedded = dict(zip(lacking, self._embed(texts), strict=True)) if lacking else {}
-        for chunk_id, (document, _) in found.items():
-            documents.setdefault(chunk_id, document)
-        driver.receive(
-            Chunk(i, embedded.get(i, v), *links_of(d.metadata)) for i, (d, v) in found.items()
+    def _query(self, vector: list[float], hits: list[Document], k: int) -> ScarQuery:
+        scar = ScarQuery(
+            vector, [_hit(d) for d in hits], self.settings, k, self._fallback, self.vectorstore
         )
-        return len(lacking)
-
-    def _embed(self, texts: list[str]) -> Any:
-        store = self.vectorstore
-        if store not in _warned_stores:
-            _warned_stores.add(store)
-            warnings.warn(
-                f"{type(store).__name__} does not return stored vectors to SCAR, so chunk texts "
-                "are embedded at query time (once each, then cached on disk). Use a store SCAR "
-                "reads vectors from (InMemory, FAISS, PGVector, Chroma, Qdrant) to avoid it.",
+        if hits and not scar.linked:
+            warn_once(
+                "unlinked",
+                self.vectorstore,
+                f"None of the chunks {type(self.vectorstore).__name__} returned was linked, so "
+                "SCAR returns plain top-k. Index chunks with scar_langchain.link_chunks(...), or "
+                "link an existing store with scar_langchain.link_store(...).",
                 stacklevel=5,
             )
-        embeddings: Embeddings = store.embeddings  # type: ignore[assignment]
-        cache = self.embedding_cache or EmbeddingCache()
-        return list(cache.embed(_embedding_key(embeddings), texts, embeddings.embed_documents)[0])
+        return scar
 
-    def _fetch_error(self, ids: Sequence[str], error: Exception) -> NeighborFetchError:
+    def _read(self, ids: list[str], search: dict[str, Any]) -> list[Found]:
+        try:
+            return [_hit(d, vector) for d, vector in self._reader.read(ids, search).values()]
+        except Exception as error:
+            raise self._fetch_error(ids, error) from error
+
+    async def _aread(self, ids: list[str], search: dict[str, Any]) -> list[Found]:
+        try:
+            found = await self._reader.aread(ids, search)
+        except Exception as error:
+            raise self._fetch_error(ids, error) from error
+        return [_hit(d, vector) for d, vector in found.values()]
+
+    def _fetch_error(self, ids: list[str], error: Exception) -> NeighborFetchError:
         return NeighborFetchError(
-            f"{type(self.vectorstore).__name__} failed while SCAR read {len(ids)} chunks: {error}"
+            f"{type(self.vectorstore).__name__} failed while SCAR read {len(ids)} chunks "
+            f"({type(error).__name__}: {error}); check that the store is reachable."
         )
 
-    def _documents(
-        self, driver: QueryDriver, documents: dict[str, Document], embedded: int
-    ) -> list[Document]:
-        expanded = any(any(links_of(documents[h].metadata)) for h in driver.hit_ids)
-        selection = driver.result()
-        common = {"scar_expanded": expanded, "scar_embedded": embedded}
-        out: list[Document] = []
-        for index, passage in enumerate(selection.passages):
-            records = [record for c in passage if (record := selection.get(c)) is not None]
-            chunks = [documents[c] for c in passage]
-            if self.merge_passages:
-                best = min(records, key=lambda r: r.seed_rank)
-                source = documents[best.seed_id].metadata
-                metadata = {k: v for k, v in source.items() if k not in _CHUNK_KEYS}
-                starts = [c.metadata.get("start_index") for c in chunks]
-                metadata |= common | {"scar_passage": index, "scar_chunk_ids": list(passage)}
-                metadata |= {"scar_score": best.score, "start_index": starts[0]}
-                usable = [s if isinstance(s, int) else None for s in starts]
-                text = stitch([c.page_content for c in chunks], usable)
-                out.append(Document(page_content=text, metadata=metadata))
-                continue
-            for chunk_id, chunk, record in zip(passage, chunks, records, strict=True):
-                values = (index, record.origin, record.score, record.seed_id)
-                trace: dict[str, Any] = dict(zip(_TRACE, values, strict=True))
-                if record.decision is not None:
-                    trace["scar_decision"] = {n: getattr(record.decision, n) for n in _DECISION}
-                metadata = dict(chunk.metadata) | common | trace
-                out.append(Document(chunk.page_content, id=chunk.id or chunk_id, metadata=metadata))
+    def _render(self, placed: list[Placed]) -> list[Document]:
+        if not self.merge_passages:
+            return [
+                Document(p.found.text, id=p.found.id, metadata=dict(p.found.metadata) | p.trace)
+                for p in placed
+            ]
+        passages: dict[int, list[Placed]] = {}
+        for p in placed:
+            passages.setdefault(p.trace["scar_passage"], []).append(p)
+        out = []
+        for number, members in passages.items():
+            best = min(members, key=lambda p: p.selected.seed_rank if p.selected else 0)
+            seed = next((p for p in members if p.chunk_id == best.trace["scar_seed_id"]), best)
+            starts = [p.found.metadata.get("start_index") for p in members]
+            usable = [s if isinstance(s, int) else None for s in starts]
+            metadata = {k: v for k, v in seed.found.metadata.items() if k not in _CHUNK_KEYS}
+            metadata |= {k: best.trace[k] for k in ("scar_expanded", "scar_embedded")}
+            metadata |= {"scar_passage": number, "scar_score": seed.trace["scar_score"]}
+            metadata |= {"scar_chunk_ids": [p.chunk_id for p in members], "start_index": starts[0]}
+            text = stitch([p.found.text for p in members], usable)
+            out.append(Document(page_content=text, metadata=metadata))
         return out
 
 
-def _content_key(document: Document) -> str:
-    """What tells two hits with one id apart: their text and metadata."""
-    return repr((document.page_content, sorted(document.metadata.items(), key=str)))
+def _hit(document: Document, vector: Any = None) -> Found:
+    """The core's view of a Document: id, vector, links and what tells it apart."""
+    metadata = document.metadata or {}
+    previous_id, next_id = lk.links_of(metadata)
+    linked = bool(previous_id or next_id or metadata.get(lk.DOCUMENT_ID_KEY))
+    return Found(
+        lk.chunk_id_of(document), document, vector, previous_id, next_id, linked, metadata,
+        document.page_content,
+    )  # fmt: skip
 
 
 def _embedding_key(embeddings: Embeddings) -> str:
