@@ -21,6 +21,7 @@ from scar_core.errors import (
     InvalidSettingsError,
     InvalidVectorError,
     MissingDependencyError,
+    MissingQueryError,
     NeighborFetchError,
     ScarError,
 )
@@ -36,7 +37,7 @@ from scar_core.selection import (
     paper_expand,
     select,
 )
-from scar_core.settings import BudgetSettings, PaperSettings, default_keep
+from scar_core.settings import BudgetSettings, PaperSettings, ScarSettings, default_keep
 
 try:
     __version__ = version("scar-retrieval")
@@ -53,10 +54,12 @@ __all__ = [
     "InvalidSettingsError",
     "InvalidVectorError",
     "MissingDependencyError",
+    "MissingQueryError",
     "NeighborFetchError",
     "PaperSettings",
     "QueryDriver",
     "ScarError",
+    "ScarSettings",
     "Selected",
     "Selection",
     "__version__",

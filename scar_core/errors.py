@@ -7,15 +7,19 @@ catches those keeps working.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "DataFormatError",
     "EmbeddingError",
     "InvalidSettingsError",
     "InvalidVectorError",
     "MissingDependencyError",
+    "MissingQueryError",
     "NeighborFetchError",
     "ScarError",
     "missing_dependency",
+    "settings_error_in",
     "unfilterable_store_error",
 ]
 
@@ -26,6 +30,10 @@ class ScarError(Exception):
 
 class InvalidSettingsError(ScarError, ValueError):
     """A setting is out of range or does not apply to the chosen mode; the message says the fix."""
+
+
+class MissingQueryError(ScarError, ValueError):
+    """A postprocessor was called without the query it needs."""
 
 
 class InvalidVectorError(ScarError, ValueError):
@@ -82,3 +90,14 @@ def unfilterable_store_error(store: str, why: str) -> InvalidSettingsError:
         "returns True for chunks this query may see>, which SCAR applies to every neighbour, or "
         "pass allow_unfiltered_neighbors=True if no filter guards access to this store's chunks."
     )
+
+
+def settings_error_in(error: Exception) -> InvalidSettingsError | None:
+    """Return the :class:`InvalidSettingsError` a pydantic ``ValidationError`` wraps, if any.
+
+    The adapters are pydantic models: a validator's error reaches the caller wrapped. They raise
+    SCAR's own error instead, as documented. (Duck-typed: this module imports no pydantic.)
+    """
+    details: list[dict[str, Any]] = getattr(error, "errors", list)()
+    wrapped = [d.get("ctx", {}).get("error") for d in details]
+    return next((e for e in wrapped if isinstance(e, InvalidSettingsError)), None)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,10 +28,11 @@ import numpy.typing as npt
 
 from scar_core.cache import Compute, EmbeddingCache
 from scar_core.driver import QueryDriver, distinct_ids
+from scar_core.errors import InvalidVectorError
 from scar_core.selection import Chunk, Selected, Selection
 from scar_core.settings import ScarSettings
 
-__all__ = ["Fallback", "Found", "Placed", "ScarQuery", "warn_once"]
+__all__ = ["Fallback", "Found", "Placed", "ScarQuery", "linked", "warn_once"]
 
 #: The decision fields a neighbour's trace carries.
 DECISION_FIELDS = ("relevance", "boundary_penalty", "score", "threshold")
@@ -94,20 +95,22 @@ class Fallback:
     Keep one for an adapter's life: its cache reads its files once.
 
     Args:
-        model_key: Names the embedding model (the cache's key).
+        model_key: Names the embedding model (the cache's key); a callable is asked only when
+            a text is embedded (so a default model is looked up only if needed).
         embed: Texts in, vectors out (the framework's sync embedding call).
         cache: The cache; ``None``: an :class:`~scar_core.cache.EmbeddingCache` in its default
             folder, made on first use.
-        warning: Warned once per owner, the first time a text is embedded.
+        warning: Warned once per owner, the first time a text is embedded (or a callable
+            giving it).
         owner: What the warning is about (the store).
     """
 
     def __init__(
         self,
-        model_key: str,
+        model_key: str | Callable[[], str],
         embed: Compute,
         cache: EmbeddingCache | None = None,
-        warning: str = "",
+        warning: str | Callable[[], str] = "",
         owner: object = None,
     ) -> None:
         self.model_key, self.compute, self._cache = model_key, embed, cache
@@ -122,16 +125,21 @@ class Fallback:
 
     def embed(self, texts: list[str]) -> tuple[npt.NDArray[np.float32], int]:
         """Return the texts' vectors and how many were computed (not found in the cache)."""
-        if self.warning:
-            warn_once("embedded", self.owner if self.owner is not None else self, self.warning, 5)
-        return self.cache.embed(self.model_key, texts, self.compute)
+        warning = self.warning() if callable(self.warning) else self.warning
+        if warning:
+            warn_once("embedded", self.owner if self.owner is not None else self, warning, 5)
+        key = self.model_key() if callable(self.model_key) else self.model_key
+        return self.cache.embed(key, texts, self.compute)
 
 
 class ScarQuery:
     """One query: which chunks to read, and what to return with which trace.
 
+    When no hit went through linking, nothing is read and the hits come back as they are
+    (plain top-k), so the query vector may then be ``None``.
+
     Args:
-        query: The query embedding.
+        query: The query embedding (``None``: only if no hit is linked).
         hits: The search's hits, best first; hits with one id and one content are one chunk.
         settings: The adapter's settings.
         k: The budget (budget mode) or the seeds (paper mode) of this query.
@@ -141,7 +149,7 @@ class ScarQuery:
 
     def __init__(
         self,
-        query: npt.ArrayLike,
+        query: npt.ArrayLike | None,
         hits: Sequence[Found],
         settings: ScarSettings,
         k: int,
@@ -155,16 +163,20 @@ class ScarQuery:
             self.items.setdefault(chunk_id, hit)
         self.hit_ids = list(self.items)
         #: Whether SCAR expands: some hit went through linking (else plain top-k).
-        self.linked = any(h.linked or h.previous_id or h.next_id for h in hits)
+        self.linked = linked(hits)
         #: Texts this query embedded (computed, not read from the cache).
         self.embedded = 0
-        chunks = [_chunk(i, self.items[i]) for i in self.hit_ids]
-        self.driver = QueryDriver(query, chunks, settings.for_query(k))
         self.k = k
+        self.driver: QueryDriver | None = None
+        if self.linked:
+            if query is None:
+                raise InvalidVectorError("SCAR needs the query's embedding to expand linked hits.")
+            chunks = [_chunk(i, self.items[i]) for i in self.hit_ids]
+            self.driver = QueryDriver(query, chunks, settings.for_query(k))
 
     def wanted(self) -> list[str]:
         """The ids to read next (``[]`` when done, or when no hit is linked)."""
-        return self.driver.wanted() if self.linked else []
+        return self.driver.wanted() if self.driver is not None else []
 
     def receive(self, found: Iterable[Found]) -> None:
         """Take what the read of :meth:`wanted` returned; ids it left out count as missing."""
@@ -198,21 +210,19 @@ class ScarQuery:
         return {f.id or "": vector for f, vector in zip(lacking, matrix, strict=True)}
 
     def _take(self, found: list[Found], vectors: dict[str, Any]) -> None:
+        if self.driver is None:
+            raise RuntimeError("ScarQuery.receive() was called, but no read was asked for.")
         for f in found:
             if f.id not in self.hit_ids:
                 self.items.setdefault(f.id or "", f)
         self.driver.receive(_chunk(f.id or "", f, vectors.get(f.id or "", f.vector)) for f in found)
 
-    def selection(self) -> Selection:
-        """The selection over everything read."""
-        return self.driver.result()
-
     def placed(self) -> list[Placed]:
         """The chunks to return, passage by passage, each with its trace."""
-        if not self.linked:
+        if self.driver is None:  # nothing linked: the hits as they came, the first k
             return [self._place(i, n, None, False) for n, i in enumerate(self.hit_ids[: self.k])]
-        selection = self.selection()
-        expanded = self._check_vectors(selection)
+        selection = self.driver.result()
+        expanded = self._check_vectors(self.driver, selection)
         picked = {s.chunk_id: s for s in selection.selected}
         return [
             self._place(chunk_id, number, picked[chunk_id], expanded)
@@ -220,10 +230,10 @@ class ScarQuery:
             for chunk_id in passage
         ]
 
-    def _check_vectors(self, selection: Selection) -> bool:
+    def _check_vectors(self, driver: QueryDriver, selection: Selection) -> bool:
         """Whether some hit could be scored; warns once about chunks without a usable vector."""
-        dimension = self.driver.query.shape[0]
-        chunks = self.driver.chunks
+        dimension = driver.query.shape[0]
+        chunks = driver.chunks
         unusable = [c for c in chunks if not _usable(chunks[c].vector, dimension)]
         held = [c for c in selection.unscored if c in self.items] + [
             h for h in unusable if h in self.hit_ids and chunks[h].vector is not None
@@ -259,6 +269,11 @@ def _chunk(chunk_id: str, found: Found, vector: Any = None) -> Chunk:
     return Chunk(
         chunk_id, found.vector if vector is None else vector, found.previous_id, found.next_id
     )
+
+
+def linked(hits: Iterable[Found]) -> bool:
+    """Whether some hit went through linking, so that SCAR can expand."""
+    return any(h.linked or h.previous_id or h.next_id for h in hits)
 
 
 def _usable(vector: Any, dimension: int) -> bool:

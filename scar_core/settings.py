@@ -204,7 +204,7 @@ class ScarSettings:
             if getattr(self, name) is not None:
                 raise InvalidSettingsError(
                     f"{name}={getattr(self, name)!r} does not apply to mode={self.mode!r}: it "
-                    f"applies only to mode={other!r}; pass mode={other!r}, or drop {name}."
+                    f"applies only to mode={other!r}; pass mode={other!r} or drop {name}."
                 )
         if self.neighbor_filter is not None and not callable(self.neighbor_filter):
             raise InvalidSettingsError(
@@ -218,12 +218,25 @@ class ScarSettings:
             )
         self.for_query(self.k if self.k is not None else max(DEFAULT_K, self.keep or 1), True)
 
-    def for_query(self, k: int, strict: bool = False) -> BudgetSettings | PaperSettings:
+    def for_query(
+        self, k: int, strict: bool = False, name: str = "k"
+    ) -> BudgetSettings | PaperSettings:
         """Return the mode's settings at budget ``k`` (``keep`` is capped at ``k`` unless strict).
+
+        Args:
+            k: The budget (budget mode) or seeds (paper mode).
+            strict: Refuse ``keep > k`` instead of capping it (when ``k`` was set, not a call's).
+            name: What the adapter calls ``k``, for messages (LlamaIndex: ``top_n``).
 
         Raises:
             InvalidSettingsError: If ``k`` or a setting is out of range.
         """
+        _check_int(name, k, 1)
+        if strict and self.mode == "budget" and self.keep is not None and self.keep > k:
+            raise InvalidSettingsError(
+                f"keep={self.keep} is larger than {name}={k}; at most {name} chunks are "
+                f"returned, so lower keep or raise {name}."
+            )
         if self.mode == "paper":
             paper = {n: getattr(self, n) for n in _PAPER_ONLY if getattr(self, n) is not None}
             return PaperSettings(k=k, lambda_=self.lambda_, **paper)
@@ -231,7 +244,7 @@ class ScarSettings:
         if self.continuity_bonus is not None:
             budget["continuity_bonus"] = self.continuity_bonus
         if self.keep is not None:
-            budget["keep"] = self.keep if strict else min(self.keep, _check_int("k", k, 1))
+            budget["keep"] = min(self.keep, k)
         return BudgetSettings(k=k, **budget)
 
     @classmethod

@@ -18,20 +18,19 @@ and finds their stored vectors:
   if the ``index_struct`` maps them); it cannot filter. Texts of nodes without a stored vector are
   embedded, once, through the cache.
 
-One :class:`NodeReads` serves one query: it keeps what was read and embeds what no store gave.
+What no store gives a vector for, :class:`scar_core.query.ScarQuery` embeds (once, cached).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.data_structs.data_structs import IndexDict
-from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, RelatedNodeInfo
+from llama_index.core.schema import BaseNode, NodeRelationship, RelatedNodeInfo
 from llama_index.core.storage.docstore import BaseDocumentStore
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
@@ -40,11 +39,7 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import build_metadata_filter_fn, metadata_dict_to_node
 
-from scar_core.cache import EmbeddingCache
-from scar_core.errors import NeighborFetchError
-from scar_core.selection import Chunk
-
-__all__ = ["NodeReads", "StoreReader", "links_of", "reader_for"]
+__all__ = ["StoreReader", "links_of", "reader_for"]
 
 #: Stores whose reads SCAR filters, as the error for the others says.
 FILTERED_STORES = "SimpleVectorStore, ChromaVectorStore, QdrantVectorStore and PGVectorStore"
@@ -114,17 +109,26 @@ class StoreReader:
         return list(self.store.get_nodes(node_ids=ids, **self._filter_kwargs()))
 
     async def anodes(self, ids: list[str]) -> list[BaseNode]:
-        """Async :meth:`nodes`: the store's own ``aget_nodes`` while it works, else a thread."""
+        """Async :meth:`nodes`: the store's own ``aget_nodes``, else the sync read in a thread.
+
+        When ``aget_nodes`` fails (Qdrant with only a sync client, say), the sync read runs in a
+        worker thread and :attr:`async_error` keeps why; each call tries the async read first
+        again, so one transient error changes nothing for later queries. If the sync read fails
+        too, its error is raised from the async one.
+        """
         store = self.store
         if isinstance(store, BaseDocumentStore):
             return self._held(await store.aget_nodes(ids, raise_error=False))
-        own = type(store).aget_nodes is not BasePydanticVectorStore.aget_nodes  # base: blocks
-        if own and self.async_error is None:
+        if type(store).aget_nodes is BasePydanticVectorStore.aget_nodes:  # the base blocks
+            return await asyncio.to_thread(self.nodes, ids)
+        try:
+            return list(await store.aget_nodes(node_ids=ids, **self._filter_kwargs()))
+        except Exception as error:
+            self.async_error = error
             try:
-                return list(await store.aget_nodes(node_ids=ids, **self._filter_kwargs()))
-            except Exception as error:  # e.g. Qdrant with a sync client; the postprocessor warns
-                self.async_error = error
-        return await asyncio.to_thread(self.nodes, ids)
+                return await asyncio.to_thread(self.nodes, ids)
+            except Exception as sync_error:
+                raise sync_error from error
 
     def vectors(self, nodes: Sequence[BaseNode]) -> dict[str, Any]:
         """Return ``{node id: stored vector}`` for those of ``nodes`` whose vector is known."""
@@ -265,108 +269,3 @@ def reader_for(
     mro = type(vector_store).__mro__
     kind = next((c.__name__ for c in mro if c.__module__.startswith("llama_index.")), "")
     return _READERS.get(kind, StoreReader)(docstore, vector_store, index_struct, filters)
-
-
-class NodeReads:
-    """One query's reads: nodes by id, each with a vector, from the docstore or vector store.
-
-    Args:
-        reader: The reader of the postprocessor's stores.
-        known: Nodes the query already holds (the retrieved ones); they are not read again unless
-            the vector store can give the embedding they lack.
-        embed_model: Called for the embed model when some node has no stored vector.
-        cache: The cache that embeds each text once.
-        may_see: A predicate on a node read; those for which it is false are left out, as if
-            the store did not hold them.
-    """
-
-    def __init__(
-        self,
-        reader: StoreReader,
-        known: Iterable[BaseNode],
-        embed_model: Callable[[], BaseEmbedding],
-        cache: Callable[[], EmbeddingCache],
-        may_see: Callable[[BaseNode], bool] | None = None,
-    ) -> None:
-        self.reader = reader
-        self._may_see = may_see
-        self.nodes: dict[str, BaseNode] = {}
-        self.vectors: dict[str, Any] = {}
-        self._embed_model = embed_model
-        self._cache = cache
-        #: Texts embedded for this query because no store gave their vectors.
-        self.embedded = 0
-        #: Whether some node's vector had to come from its text (cached or not).
-        self.fell_back = False
-        self._take(list(known))
-
-    def read(self, ids: Sequence[str]) -> list[Chunk]:
-        """Return the chunks of ``ids`` the stores hold and the filters admit, with vectors.
-
-        Ids not found or not admitted are left out, so the query counts them as missing.
-
-        Raises:
-            NeighborFetchError: If the store fails.
-        """
-        if wanted := self._to_read(ids):
-            try:
-                nodes = self.reader.nodes(wanted)
-            except Exception as error:
-                raise self._fetch_error(wanted, error) from error
-            self._take(self._admitted(nodes))
-        if lacking := [i for i in ids if i in self.nodes and i not in self.vectors]:
-            self._embed(lacking)
-        return self.chunks(ids)
-
-    async def aread(self, ids: Sequence[str]) -> list[Chunk]:
-        """Async :meth:`read`: the store's async read where it has one, else a worker thread."""
-        if wanted := self._to_read(ids):
-            try:
-                nodes = await self.reader.anodes(wanted)
-            except Exception as error:
-                raise self._fetch_error(wanted, error) from error
-            self._take(self._admitted(nodes))
-        if lacking := [i for i in ids if i in self.nodes and i not in self.vectors]:
-            await asyncio.to_thread(self._embed, lacking)
-        return self.chunks(ids)
-
-    def _to_read(self, ids: Sequence[str]) -> list[str]:
-        """Ids not known yet, and known ones without a vector that the vector store can give."""
-        refetch = self.reader.store is self.reader.vector_store
-        return [i for i in ids if i not in self.nodes or (refetch and i not in self.vectors)]
-
-    def _admitted(self, nodes: list[BaseNode]) -> list[BaseNode]:
-        """The nodes read that are known already (hits read again) or that ``may_see`` admits."""
-        may_see = self._may_see
-        return [n for n in nodes if may_see is None or n.node_id in self.nodes or may_see(n)]
-
-    def _take(self, nodes: list[BaseNode]) -> None:
-        """Record nodes and the vectors they carry or the vector store holds."""
-        for node in nodes:
-            self.nodes.setdefault(node.node_id, node)
-        for node_id, vector in self.reader.vectors(nodes).items():
-            self.vectors.setdefault(node_id, vector)
-
-    def _embed(self, ids: list[str]) -> None:
-        """Embed the text of nodes no store gave a vector for, once each through the cache."""
-        model = self._embed_model()
-        texts = [self.nodes[i].get_content(metadata_mode=MetadataMode.EMBED) for i in ids]
-        # The class keeps apart models that share a name (BaseEmbedding's default is "unknown").
-        key = f"{type(model).__module__}.{type(model).__qualname__}/{model.model_name}"
-        matrix, computed = self._cache().embed(key, texts, model.get_text_embedding_batch)
-        self.vectors.update(zip(ids, matrix, strict=True))
-        self.embedded += computed
-        self.fell_back = True
-
-    def chunks(self, ids: Sequence[str]) -> list[Chunk]:
-        """Return the chunks of the known nodes among ``ids``, with what vectors are known."""
-        return [
-            Chunk(i, self.vectors.get(i), *links_of(self.nodes[i])) for i in ids if i in self.nodes
-        ]
-
-    def _fetch_error(self, ids: Sequence[str], error: Exception) -> NeighborFetchError:
-        return NeighborFetchError(
-            f"{type(self.reader.store).__name__} failed while SCAR read {len(ids)} node(s) by id "
-            f"({type(error).__name__}: {error}); check that the store is reachable and holds "
-            "the index's nodes."
-        )

@@ -125,9 +125,10 @@ def test_a_neighbour_missing_from_the_store_ends_the_passage() -> None:
 def test_vectors_of_another_dimension_are_reported() -> None:
     nodes = linked_nodes("a", [angle(10), [1.0, 0.0, 0.0]])
     scar = SCARNodePostprocessor(docstore=docstore_of(nodes))
-    with pytest.warns(UserWarning, match="no usable embedding.*embed_model"):
+    with pytest.warns(UserWarning, match="no usable embedding.*the model the index was built"):
         output = scar.postprocess_nodes(scored(nodes[:1], [0.9]), BUNDLE)
     assert ids_and_scores(output) == [("a0", 0.9)]
+    assert output[0].node.metadata["scar_expanded"] is True  # a0 itself was scored
 
 
 def test_a_linked_query_needs_the_query() -> None:

@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import pytest
 from llama_index.core import VectorStoreIndex
-from llama_index.core.bridge.pydantic import ValidationError
 from llama_index.core.schema import QueryBundle
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores import SimpleVectorStore
@@ -48,8 +47,8 @@ def test_paper_settings_are_refused_in_budget_mode(mode: Any, name: str, value: 
 
 @pytest.mark.parametrize(("name", "value"), BUDGET_ONLY.items())
 def test_budget_settings_are_refused_in_paper_mode(name: str, value: Any) -> None:
-    with pytest.raises(InvalidSettingsError, match=rf"{name}={value!r}.*applies only to "
-                       rf"mode='budget'.*has mode='paper'; pass mode='budget' or drop {name}"):  # fmt: skip
+    with pytest.raises(InvalidSettingsError, match=rf"{name}={value!r} does not apply to "
+                       rf"mode='paper'.*pass mode='budget' or drop {name}"):  # fmt: skip
         make(mode="paper", **{name: value})
 
 
@@ -62,7 +61,8 @@ def test_budget_settings_are_refused_in_paper_mode(name: str, value: Any) -> Non
 )
 def test_settings_of_the_mode_are_accepted(mode: str, settings: dict[str, Any]) -> None:
     scar = make(mode=mode, **settings)
-    assert all(getattr(scar, name) == value for name, value in settings.items())
+    assert scar.top_n == settings.pop("top_n")
+    assert all(getattr(scar.settings, name) == value for name, value in settings.items())
 
 
 @pytest.mark.parametrize(
@@ -83,7 +83,7 @@ def test_settings_of_the_mode_are_accepted(mode: str, settings: dict[str, Any]) 
 def test_values_out_of_range_are_refused_naming_the_field(
     settings: dict[str, Any], field: str
 ) -> None:
-    with pytest.raises(ValidationError, match=field):
+    with pytest.raises(InvalidSettingsError, match=rf"{field}=.* is not valid"):
         make(**settings)
 
 
@@ -115,7 +115,7 @@ def test_from_index_takes_the_stores_and_the_embed_model() -> None:
     assert scar.docstore is index.docstore
     assert scar.vector_store is index.vector_store
     assert scar.embed_model is embed_model
-    assert (scar.mode, scar.gamma) == ("paper", 0.7)
+    assert (scar.settings.mode, scar.settings.gamma) == ("paper", 0.7)
 
 
 def test_it_is_a_llamaindex_component() -> None:
@@ -123,11 +123,27 @@ def test_it_is_a_llamaindex_component() -> None:
     assert SCARNodePostprocessor.class_name() == "SCARNodePostprocessor"
     data = scar.to_dict()
     assert data["class_name"] == "SCARNodePostprocessor"
-    assert (data["mode"], data["top_n"], data["gamma"]) == ("budget", 3, None)
+    assert data["top_n"] == 3
+    assert (data["settings"]["mode"], data["settings"]["gamma"]) == ("budget", None)
     assert "docstore" not in data
-    description = SCARNodePostprocessor.model_fields["continuity_bonus"].description
+    description = SCARNodePostprocessor.model_fields["top_n"].description
     assert description is not None
-    assert "Budget mode" in description
+    assert "Nodes returned" in description
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"continuity_bonnus": 0.9}, "continuity_bonnus=0.9; did you mean continuity_bonus"),
+        ({"k": 3}, "count is top_n"),
+        ({"similarity_top_k": 3}, "that is the retriever's"),
+    ],
+)
+def test_unknown_or_foreign_settings_are_refused(given: dict[str, Any], named: str) -> None:
+    with pytest.raises(InvalidSettingsError, match=named):
+        make(**given)
+    with pytest.raises(InvalidSettingsError, match=named):
+        SCARNodePostprocessor.from_index(hash_index(WordHashEmbedding()), **given)
 
 
 class WordHashEmbedder:

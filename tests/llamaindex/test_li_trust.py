@@ -251,7 +251,7 @@ def test_a_store_specific_filter_of_the_retriever_is_refused() -> None:
     with pytest.raises(InvalidSettingsError, match=rf"(?s)\['where'\].*{WAYS_FORWARD}"):
         SCARNodePostprocessor.from_retriever(retriever)
     scar = SCARNodePostprocessor.from_retriever(retriever, neighbor_filter=lambda m: True)
-    assert scar.neighbor_filter is not None
+    assert scar.settings.neighbor_filter is not None
 
 
 def test_filters_set_after_construction_are_refused_at_the_first_query(
@@ -341,5 +341,5 @@ def test_filters_serialise_and_the_predicate_does_not(tmp_path: Path) -> None:
     )
     data = scar.to_dict()
     assert data["filters"]["filters"][0]["key"] == "access"
-    assert data["allow_unfiltered_neighbors"] is False
-    assert "neighbor_filter" not in data
+    assert data["settings"]["allow_unfiltered_neighbors"] is False
+    assert "neighbor_filter" not in data["settings"]
