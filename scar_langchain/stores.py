@@ -33,8 +33,7 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
-from scar_core.errors import InvalidSettingsError
-from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_core.query import warn_once
 
 __all__ = ["NOT_RESTRICTING", "Found", "StoreReader", "reader_for"]
 
@@ -93,22 +92,6 @@ class StoreReader:
             return {d.id: (d, None) for d in await self.store.aget_by_ids(list(ids)) if d.id}
         return await asyncio.to_thread(self.read, ids, search_kwargs)
 
-    def scan(self) -> Found:
-        """Return every chunk the store holds (with the vectors :meth:`write` needs).
-
-        Raises:
-            InvalidSettingsError: If SCAR cannot list this store's chunks.
-        """
-        raise InvalidSettingsError(
-            f"SCAR cannot list the chunks of a {type(self.store).__name__}, so it cannot link "
-            "them in place; index them with scar_langchain.link_chunks(...) instead, or use a "
-            "store SCAR can list (InMemory, FAISS, PGVector, Chroma, Qdrant)."
-        )
-
-    def write(self, found: Found) -> None:
-        """Give each chunk its document's metadata, keeping its text and vector."""
-        raise NotImplementedError  # only readers that scan write
-
 
 class _InMemoryReader(StoreReader):
     in_process = True
@@ -120,13 +103,6 @@ class _InMemoryReader(StoreReader):
         found = _found((i, *(rows[i][field] for field in fields)) for i in ids if i in rows)
         allowed = search_kwargs.get("filter")  # the search calls it on a Document, as here
         return found if allowed is None else {i: f for i, f in found.items() if allowed(f[0])}
-
-    def scan(self) -> Found:
-        return self.read(list(self.store.store))
-
-    def write(self, found: Found) -> None:
-        for chunk_id, (document, _) in found.items():
-            self.store.store[chunk_id]["metadata"] = document.metadata
 
 
 class _FaissReader(StoreReader):
@@ -146,7 +122,18 @@ class _FaissReader(StoreReader):
             found = [i for i in found if allowed(documents[i].metadata)]
         if not found:
             return {}
-        vectors = self.store.index.reconstruct_batch(np.array([rows[i] for i in found]))
+        try:
+            vectors = self.store.index.reconstruct_batch(np.array([rows[i] for i in found]))
+        except RuntimeError as error:  # an IVF index without a direct map: texts are embedded
+            warn_once(  # said instead of the general "embedded at query time" warning
+                "embedded",
+                self.store,
+                f"FAISS could not give SCAR its stored vectors ({str(error).splitlines()[0]}), so "
+                "their texts are embedded instead. For an IVF index, call "
+                "vectorstore.index.make_direct_map() once after adding chunks.",
+                stacklevel=6,
+            )
+            vectors = [None] * len(found)
         # The docstore's own Documents are returned as they are (SCAR never changes them).
         return {
             i: (
@@ -158,13 +145,6 @@ class _FaissReader(StoreReader):
             for i, v in zip(found, vectors, strict=True)
             if (d := documents[i]) is not None
         }
-
-    def scan(self) -> Found:
-        return self.read(list(self.store.index_to_docstore_id.values()))
-
-    def write(self, found: Found) -> None:
-        self.store.docstore.delete(list(found))
-        self.store.docstore.add({chunk_id: document for chunk_id, (document, _) in found.items()})
 
 
 _GET_INCLUDE = ["documents", "metadatas", "embeddings"]
@@ -196,18 +176,6 @@ class _PGVectorReader(StoreReader):
         where = self._where(search_kwargs)
         return _from_get(await self.store.aget(ids=list(ids), include=_GET_INCLUDE, **where))
 
-    def scan(self) -> Found:
-        return _from_get(self.store.get(include=_GET_INCLUDE))
-
-    def write(self, found: Found) -> None:
-        documents, vectors = zip(*found.values(), strict=True)
-        self.store.add_embeddings(
-            [d.page_content for d in documents],
-            [[float(x) for x in vector] for vector in vectors],
-            metadatas=[d.metadata for d in documents],
-            ids=list(found),
-        )
-
 
 class _ChromaReader(_PGVectorReader):
     """``get`` by ids with the search's ``filter`` as ``where`` and its ``where_document``."""
@@ -217,12 +185,6 @@ class _ChromaReader(_PGVectorReader):
     def _where(self, search_kwargs: dict[str, Any]) -> dict[str, Any]:
         where = {"where": search_kwargs.get("filter")}
         return where | {"where_document": search_kwargs.get("where_document")}
-
-    def write(self, found: Found) -> None:
-        # ``update`` merges metadata; a None value deletes a key (a link that went away).
-        unlinked = {PREVIOUS_ID_KEY: None, NEXT_ID_KEY: None}
-        metadatas = [unlinked | document.metadata for document, _ in found.values()]
-        self.store._collection.update(ids=list(found), metadatas=metadatas)
 
 
 def _point_id(chunk_id: str) -> int | str:
@@ -261,23 +223,6 @@ class _QdrantReader(StoreReader):
             with_vectors=[self.store.vector_name],
         )
         return self._points(points, hit_keys=True)
-
-    def scan(self) -> Found:
-        points, offset = [], None
-        while True:
-            batch, offset = self.store.client.scroll(
-                self.store.collection_name, limit=1024, offset=offset
-            )
-            points += batch
-            if offset is None:
-                return self._points(points)
-
-    def write(self, found: Found) -> None:
-        for chunk_id, (document, _) in found.items():
-            payload = {self.store.metadata_payload_key: document.metadata}
-            self.store.client.set_payload(
-                self.store.collection_name, payload=payload, points=[_point_id(chunk_id)]
-            )
 
 
 _READERS: dict[str, type[StoreReader]] = {
