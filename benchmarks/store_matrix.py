@@ -46,8 +46,8 @@ from lc_stores import (  # noqa: E402
     pgvector_store,
 )
 from scar_core.cache import EmbeddingCache  # noqa: E402
+from scar_core.query import ScarQuery  # noqa: E402
 from scar_langchain import SCARRetriever  # noqa: E402
-from scar_llamaindex.reads import NodeReads  # noqa: E402
 
 COMMAND = "python benchmarks/store_matrix.py"
 #: Where each LangChain reader takes the vectors from (checked: 0 chunks embedded per query).
@@ -56,7 +56,7 @@ VECTORS_FROM = {
     "FAISS": "`index.reconstruct_batch` (rows from `index_to_docstore_id`)",
     "PGVectorStore": '`get(ids, include=["embeddings", ...])`',
     "Chroma": '`get(ids, include=["embeddings", ...])`',
-    "QdrantVectorStore": "`client.retrieve(ids, with_vectors=True)`",
+    "QdrantVectorStore": "`client.scroll(HasIdCondition(ids) and the filter, with_vectors=...)`",
 }
 PACKAGES = {
     "FAISS": "langchain-community",
@@ -86,9 +86,9 @@ def counting_reads(retriever: SCARRetriever, counter: dict[str, int]) -> None:
     """Count the batched reads SCAR's sync path makes."""
     read = retriever._reader.read
 
-    def counted_read(ids: Any) -> Any:
+    def counted_read(ids: Any, search: Any) -> Any:
         counter["reads"] += 1
-        return read(ids)
+        return read(ids, search)
 
     retriever._reader.read = counted_read  # type: ignore[method-assign]
 
@@ -253,22 +253,22 @@ LI_SETTINGS: list[tuple[int, dict[str, Any]]] = [(4, {}), (8, {}), (4, {"mode": 
 
 @contextmanager
 def counting_node_reads(counter: dict[str, int]) -> Iterator[None]:
-    """Count the batched reads SCARNodePostprocessor's query driver asks for, sync or async."""
-    read, aread = NodeReads.read, NodeReads.aread
+    """Count the batched reads the query core asks for, sync or async."""
+    receive, areceive = ScarQuery.receive, ScarQuery.areceive
 
-    def counted(self: NodeReads, ids: Any) -> Any:
+    def counted(self: ScarQuery, found: Any) -> None:
         counter["reads"] += 1
-        return read(self, ids)
+        receive(self, found)
 
-    async def acounted(self: NodeReads, ids: Any) -> Any:
+    async def acounted(self: ScarQuery, found: Any) -> None:
         counter["reads"] += 1
-        return await aread(self, ids)
+        await areceive(self, found)
 
-    NodeReads.read, NodeReads.aread = counted, acounted  # type: ignore[method-assign]
+    ScarQuery.receive, ScarQuery.areceive = counted, acounted  # type: ignore[method-assign]
     try:
         yield
     finally:
-        NodeReads.read, NodeReads.aread = read, aread  # type: ignore[method-assign]
+        ScarQuery.receive, ScarQuery.areceive = receive, areceive  # type: ignore[method-assign]
 
 
 def li_measure(built: li_stores.Built, cache: Path) -> dict[str, Any]:
@@ -416,7 +416,7 @@ Each store holds the same linked corpus ({chunks} chunks of {documents} document
 with k = 4 and 8 in budget mode (the default, whose window is 2) and k = 4 with the paper's rule
 (window 1). "Chunks embedded" counts the texts the
 store's `Embeddings` embedded after indexing (0: SCAR read every vector it needed from the store).
-"Round trips" counts calls of the store's public read (`get`, `aget`, `retrieve`) per query; the
+"Round trips" counts calls of the store's public read (`get`, `aget`, `scroll`) per query; the
 search itself is not counted. "SCAR reads" is how many batched reads the query driver
 asked for on the sync path (one per ring of neighbours, at most the window). Milliseconds are
 this machine's, for one sync query, and only compare stores with each other.

@@ -11,11 +11,16 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.vectorstores import VectorStore
+from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from scar_core.cache import EmbeddingCache
-from scar_core.errors import InvalidSettingsError, NeighborFetchError, unfilterable_store_error
+from scar_core.errors import (
+    InvalidSettingsError,
+    NeighborFetchError,
+    settings_error_in,
+    unfilterable_store_error,
+)
 from scar_core.passages import stitch
 from scar_core.query import Fallback, Found, Placed, ScarQuery, warn_once
 from scar_core.settings import DEFAULT_K, ScarSettings, take_settings
@@ -31,8 +36,8 @@ _CHUNK_KEYS.add("_collection_name")
 _HINTS = {
     "top_k": "SCARRetriever's budget is k=...",
     "similarity_top_k": "SCARRetriever's budget is k=...",
-    "search_type": "SCARRetriever runs a similarity search; to put SCAR after another first "
-    "stage (MMR, hybrid, a reranker), say so in an issue",
+    "search_type": "to put SCAR after MMR, hybrid search or a reranker, pass that retriever "
+    "as retriever=... (SCAR then reads vectors and neighbours from vectorstore)",
 }
 
 
@@ -57,7 +62,13 @@ class SCARRetriever(BaseRetriever):
         metadata (``pip install 'scar-retrieval[langchain]'``).
 
     Key init args:
-        vectorstore: The store to search; its ``embeddings`` embed the query.
+        vectorstore: The store to search, and to read vectors and neighbours from; its
+            ``embeddings`` embed the query.
+        retriever: A first stage to take the hits from instead of the store's similarity
+            search, in its order: hybrid search (``EnsembleRetriever``), a reranker
+            (``ContextualCompressionRetriever``), MMR. Its hits that ``vectorstore`` does not
+            hold are kept, and never expanded. If it filters through a ``VectorStoreRetriever``,
+            ``search_kwargs`` must hold the same filter, which SCAR applies to neighbours.
         k: Chunks returned (budget mode) or seeds expanded (paper mode). Default 4.
         search_kwargs: Passed to the store's search, e.g. ``{"filter": ...}``; the filter
             restricts every neighbour SCAR reads too (see "Filters").
@@ -91,6 +102,9 @@ class SCARRetriever(BaseRetriever):
             docs = retriever.invoke("...", k=5)  # another budget for one call
             docs = retriever.invoke("...", filter=tenant_filter)  # search_kwargs | kwargs
 
+            hybrid = EnsembleRetriever(retrievers=[bm25, vectorstore.as_retriever()])
+            retriever = SCARRetriever(vectorstore=vectorstore, retriever=hybrid, k=8)
+
     Use within a chain:
         .. code-block:: python
 
@@ -100,6 +114,9 @@ class SCARRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     vectorstore: VectorStore
+    retriever: BaseRetriever | None = Field(
+        default=None, description="A first stage whose hits SCAR takes, in its order."
+    )
     settings: ScarSettings = Field(default_factory=ScarSettings)
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     merge_passages: bool = False
@@ -114,8 +131,7 @@ class SCARRetriever(BaseRetriever):
         try:
             super().__init__(**data)
         except ValidationError as error:  # raise SCAR's own error, as documented
-            ours = [e["ctx"]["error"] for e in error.errors() if "error" in e.get("ctx", {})]
-            raise next((e for e in ours if isinstance(e, InvalidSettingsError)), error) from None
+            raise settings_error_in(error) or error from None
 
     @model_validator(mode="before")
     @classmethod
@@ -141,6 +157,7 @@ class SCARRetriever(BaseRetriever):
             )
         self._reader = reader_for(self.vectorstore)
         self._check_filter(self.search_kwargs)
+        self._check_first_stage()
         store = type(self.vectorstore).__name__
         self._fallback = Fallback(
             _embedding_key(embeddings),
@@ -165,6 +182,17 @@ class SCARRetriever(BaseRetriever):
                 f"it applies {known} of the search's arguments to reads by id, not {unapplied}",
             )
 
+    def _check_first_stage(self) -> None:
+        """Refuse a first stage that filters with another filter than the neighbours' reads."""
+        mine = self.search_kwargs.get("filter")
+        for theirs in _first_stage_filters(self.retriever):
+            if theirs is not mine and theirs != mine:
+                raise InvalidSettingsError(
+                    f"the first stage searches with filter={theirs!r}, but SCARRetriever would "
+                    f"read neighbours with filter={mine!r}; pass SCARRetriever(search_kwargs="
+                    "{'filter': <the same filter>}) so that neighbours are read under it too."
+                )
+
     # The sync and async shells: search, read what the query asks for, render.
 
     def _get_relevant_documents(
@@ -172,7 +200,10 @@ class SCARRetriever(BaseRetriever):
     ) -> list[Document]:
         k, search = self._call(kwargs)
         vector = self.vectorstore.embeddings.embed_query(query)  # type: ignore[union-attr]
-        hits = self.vectorstore.similarity_search_by_vector(vector, k=k, **search)
+        if self.retriever is not None:
+            hits = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()})
+        else:
+            hits = self.vectorstore.similarity_search_by_vector(vector, k=k, **search)
         scar = self._query(vector, hits, k)
         while ids := scar.wanted():
             scar.receive(self._read(ids, search))
@@ -183,7 +214,11 @@ class SCARRetriever(BaseRetriever):
     ) -> list[Document]:
         k, search = self._call(kwargs)
         vector = await self.vectorstore.embeddings.aembed_query(query)  # type: ignore[union-attr]
-        hits = await self.vectorstore.asimilarity_search_by_vector(vector, k=k, **search)
+        if self.retriever is not None:
+            config = {"callbacks": run_manager.get_child()}
+            hits = await self.retriever.ainvoke(query, config=config)  # type: ignore[arg-type]
+        else:
+            hits = await self.vectorstore.asimilarity_search_by_vector(vector, k=k, **search)
         scar = self._query(vector, hits, k)
         while ids := scar.wanted():
             await scar.areceive(await self._aread(ids, search))
@@ -199,6 +234,12 @@ class SCARRetriever(BaseRetriever):
                 f"invoke() got {settings}; of SCAR's settings only k=... may change per call "
                 "(other keyword arguments go to the search, as search_kwargs do). Set the "
                 "others on the retriever."
+            )
+        if self.retriever is not None and set(kwargs) - {"k"}:
+            raise InvalidSettingsError(
+                f"invoke() got {sorted(set(kwargs) - {'k'})}, which cannot reach the first "
+                "stage (retriever=...); set its filter on the first stage and the same filter "
+                "in SCARRetriever's search_kwargs."
             )
         search = self.search_kwargs | kwargs
         k = search.pop("k", self.settings.k or DEFAULT_K)
@@ -263,6 +304,18 @@ class SCARRetriever(BaseRetriever):
             text = stitch([p.found.text for p in members], usable)
             out.append(Document(page_content=text, metadata=metadata))
         return out
+
+
+def _first_stage_filters(retriever: BaseRetriever | None) -> list[Any]:
+    """The filters of the vector store retrievers inside a first stage (ensembles, rerankers)."""
+    found, stack = [], [retriever]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, VectorStoreRetriever):
+            found += [current.search_kwargs["filter"]] if "filter" in current.search_kwargs else []
+        stack += list(getattr(current, "retrievers", None) or [])
+        stack += [base] if (base := getattr(current, "base_retriever", None)) is not None else []
+    return found
 
 
 def _hit(document: Document, vector: Any = None) -> Found:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from langchain_tests.integration_tests import RetrieversIntegrationTests
@@ -35,6 +36,31 @@ class TestSCARRetrieverPaperStandard(RetrieversIntegrationTests):
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
         return {"vectorstore": linked_store(), "k": 3, "mode": "paper", "gamma": 1.0}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "What does part 2 of the topic3 document cover?"
+
+
+class TestSCARRetrieverAfterAFirstStageStandard(RetrieversIntegrationTests):
+    """SCAR after a hybrid first stage: BM25 and the store, in LangChain's EnsembleRetriever."""
+
+    @property
+    def retriever_constructor(self) -> type[SCARRetriever]:
+        return SCARRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        store = linked_store()
+        chunks = list(store.get_by_ids(list(store.store)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # langchain-community is sunset
+            from langchain_classic.retrievers import EnsembleRetriever
+            from langchain_community.retrievers import BM25Retriever
+        hybrid = EnsembleRetriever(
+            retrievers=[BM25Retriever.from_documents(chunks), store.as_retriever()]
+        )
+        return {"vectorstore": store, "retriever": hybrid, "k": 3}
 
     @property
     def retriever_query_example(self) -> str:
