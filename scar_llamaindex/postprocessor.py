@@ -311,11 +311,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         scar, reader = self._query(nodes, hits, vector), self._reader_now()
         while ids := scar.wanted():
             try:
-                scar.receive(self._found(reader.nodes(ids), reader))
-            except NeighborFetchError:
-                raise
+                read = reader.nodes(ids)
             except Exception as error:
                 raise self._fetch_error(ids, error) from error
+            scar.receive(self._found(read, reader))
         return self._render(nodes, scar.placed())
 
     async def _apostprocess_nodes(
