@@ -110,7 +110,7 @@ def test_both_adapters_refuse_the_same_bad_settings_the_same_way(settings: dict[
 
 @pytest.mark.parametrize(
     ("name", "hint"),
-    [("continuity_bonnus", "did you mean continuity_bonus"), ("search_type", "similarity search"),
+    [("continuity_bonnus", "did you mean continuity_bonus"), ("search_type", "pass that retriever as retriever="),
      ("top_k", "budget is k=")],
 )  # fmt: skip
 def test_langchain_refuses_unknown_and_foreign_settings(name: str, hint: str) -> None:
