@@ -56,7 +56,7 @@ def _found(rows: Iterable[tuple[Any, str | None, dict[str, Any] | None, Any]]) -
 
 
 class StoreReader:
-    """The default reader: documents through ``get_by_ids``, no vectors, no filter, no listing.
+    """The default reader: documents through ``get_by_ids``, without vectors or filter.
 
     Args:
         store: The vector store to read from.
@@ -197,18 +197,6 @@ class _QdrantReader(StoreReader):
 
     applies = frozenset({"filter"})
 
-    def _points(self, points: Iterable[Any], hit_keys: bool = False) -> Found:
-        """``Found`` from points; ``hit_keys`` adds the metadata keys the store's search adds."""
-        s, rows = self.store, []
-        for p in points:
-            payload, vector = p.payload or {}, p.vector
-            metadata = dict(payload.get(s.metadata_payload_key) or {})
-            if hit_keys:
-                metadata |= {"_id": p.id, "_collection_name": s.collection_name}
-            vector = vector.get(s.vector_name) if isinstance(vector, dict) else vector
-            rows.append((p.id, payload.get(s.content_payload_key), metadata, vector))
-        return _found(rows)
-
     def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
         from qdrant_client import models
 
@@ -222,7 +210,14 @@ class _QdrantReader(StoreReader):
             with_payload=True,
             with_vectors=[self.store.vector_name],
         )
-        return self._points(points, hit_keys=True)
+        rows, store = [], self.store
+        for point in points:  # with the metadata keys the store's search adds to its hits
+            payload, vector = point.payload or {}, point.vector
+            metadata = dict(payload.get(store.metadata_payload_key) or {})
+            metadata |= {"_id": point.id, "_collection_name": store.collection_name}
+            vector = vector.get(store.vector_name) if isinstance(vector, dict) else vector
+            rows.append((point.id, payload.get(store.content_payload_key), metadata, vector))
+        return _found(rows)
 
 
 _READERS: dict[str, type[StoreReader]] = {

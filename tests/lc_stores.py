@@ -22,7 +22,6 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from scar_langchain import link_chunks
 from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
-from scar_langchain.stores import reader_for
 
 
 @dataclass(frozen=True)
@@ -211,15 +210,6 @@ def comparable(documents: list[Document]) -> list[tuple[Any, ...]]:
 
 def scores(documents: list[Document]) -> list[float]:
     return [float(d.metadata["scar_score"]) for d in documents]
-
-
-def links_in(store: VectorStore) -> dict[str, tuple[Any, Any]]:
-    """Each chunk's (previous id, next id) as the store holds them."""
-    found = reader_for(store).scan()
-    return {
-        i: (d.metadata.get(PREVIOUS_ID_KEY), d.metadata.get(NEXT_ID_KEY))
-        for i, (d, _) in found.items()
-    }
 
 
 def expected_links(corpus: Corpus, id_of: dict[str, str]) -> dict[str, tuple[Any, Any]]:

@@ -1,4 +1,4 @@
-"""SCARRetriever and link_store on a real pgvector database (langchain-postgres PGVectorStore).
+"""SCARRetriever on a real pgvector database (langchain-postgres PGVectorStore).
 
 The same corpus, with the same float32 vectors, lives in a PGVectorStore and in an
 InMemoryVectorStore: the retriever must answer alike from both, embed no chunk at query time
@@ -9,7 +9,6 @@ connections (its ``PGEngine``); it opens none.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,14 +20,11 @@ from lc_stores import (
     Corpus,
     CountingEmbeddings,
     comparable,
-    expected_links,
-    links_in,
     make_corpus,
     pgvector_store,
     scores,
-    store_ids,
 )
-from scar_langchain import SCARRetriever, link_store
+from scar_langchain import SCARRetriever
 from scar_langchain.stores import reader_for
 
 pytestmark = pytest.mark.postgres
@@ -67,7 +63,7 @@ def stores(engine: Any, corpus: Corpus) -> tuple[Any, Any]:
 def test_pg_holds_the_memory_stores_chunks_and_exact_vectors(
     stores: tuple[Any, Any], corpus: Corpus
 ) -> None:
-    on_pg, in_memory = (reader_for(s).read(corpus.ids) for s in stores)
+    on_pg, in_memory = (reader_for(s).read(corpus.ids, {}) for s in stores)
     assert sorted(on_pg) == sorted(in_memory) == sorted(corpus.ids)
     for chunk_id, (document, vector) in on_pg.items():
         assert comparable([document]) == comparable([in_memory[chunk_id][0]])
@@ -98,36 +94,3 @@ async def test_pg_answers_equal_memory_with_no_chunk_embedded_and_two_reads(
             neighbours += sum(d.metadata["scar_origin"] == "neighbor" for d in got)
     assert neighbours > 0
     assert on_pg.embeddings.calls == on_pg.embeddings.texts_embedded == 0  # cold and warm
-
-
-@pytest.mark.parametrize("columns", [False, True], ids=["json-metadata", "metadata-columns"])
-def test_pg_link_store_links_like_link_chunks_without_re_embedding(
-    engine: Any, corpus: Corpus, table_name: str, columns: bool
-) -> None:
-    order = list(range(len(corpus.split)))
-    random.Random(5).shuffle(order)
-    ids = store_ids(len(order))
-    options: dict[str, Any] = {}
-    if columns:
-        Column = langchain_postgres.Column
-        options["metadata_columns"] = [Column("source", "TEXT"), Column("start_index", "INTEGER")]
-    store = pg_store(
-        engine,
-        table_name,
-        corpus,
-        [corpus.split[n] for n in order],
-        [ids[n] for n in order],
-        **options,
-    )
-    id_of = {corpus.split[n].page_content: ids[n] for n in order}
-    report = link_store(store)
-    assert (report.documents, report.linked, report.changed, report.skipped) == (6, 48, 48, {})
-    want = expected_links(corpus, id_of)
-    assert links_in(store) == want
-    for document, vector in reader_for(store).scan().values():  # texts and vectors kept, exactly
-        assert vector.tolist() == corpus.vectors[document.page_content]
-    assert link_store(store).changed == 0
-    assert store.embeddings.calls == 0
-    docs = SCARRetriever(vectorstore=store, k=8).invoke("query 0")
-    assert all(d.metadata["scar_expanded"] for d in docs)
-    assert any(d.metadata["scar_origin"] == "neighbor" for d in docs)
