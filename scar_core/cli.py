@@ -44,6 +44,9 @@ Methods (k is --k; B, W, S, N integers; G, L, A numbers):
   rseB_PRESET_pP_dD_hH dsRAG's segment extraction at B chunks (extra compare) over the H best
                      (B: the hits budgetB sees), e.g. rse10_precision, rse10_p0.2_d20_h200
   prevnextB          LlamaIndex's PrevNextNodePostprocessor(mode="both") on ceil(B/3) hits, cut to B
+  toptokT            the best chunks in rank order until the next one does not fit T tokens
+  budgettokT_hH      budget mode at T tokens: SCARRetriever(vectorstore=vs, k=H (20), max_tokens=T);
+                     both count cl100k_base tokens (else ceil(chars / 4)), e.g. budgettok2000
 --budgets adds recall against B (3,5,7,10,12,15 by default) to the report and OUT/budgets.png.
 
 --model: omitted = the bundled all-MiniLM-L6-v2 (offline); st:NAME or NAME = a

@@ -17,7 +17,7 @@ the selection is exactly what :func:`scar_core.selection.select` gives on the fu
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import numpy.typing as npt
 
@@ -139,6 +139,11 @@ class QueryDriver:
         self._asked = []
         self.reads += 1
 
-    def result(self) -> Selection:
-        """Return the selection over everything read so far."""
-        return select(self.query, self.hit_ids, self.chunks, self.settings)
+    def result(self, tokens: Mapping[str, int] | None = None) -> Selection:
+        """Return the selection over everything read so far.
+
+        Args:
+            tokens: Each chunk's tokens, needed with ``max_tokens`` (see
+                :func:`scar_core.selection.budget_select`).
+        """
+        return select(self.query, self.hit_ids, self.chunks, self.settings, tokens)

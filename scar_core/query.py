@@ -17,6 +17,7 @@ and the trace each returned chunk carries in its metadata.
 from __future__ import annotations
 
 import asyncio
+import numbers
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,9 +29,9 @@ import numpy.typing as npt
 
 from scar_core.cache import Compute, EmbeddingCache
 from scar_core.driver import QueryDriver, distinct_ids
-from scar_core.errors import InvalidVectorError
-from scar_core.selection import Chunk, Selected, Selection
-from scar_core.settings import ScarSettings
+from scar_core.errors import InvalidSettingsError, InvalidVectorError
+from scar_core.selection import Chunk, Selected, Selection, fill_in_order
+from scar_core.settings import ScarSettings, estimate_tokens
 
 __all__ = ["Fallback", "Found", "Placed", "ScarQuery", "linked", "warn_once"]
 
@@ -218,10 +219,20 @@ class ScarQuery:
         self.driver.receive(_chunk(f.id or "", f, vectors.get(f.id or "", f.vector)) for f in found)
 
     def placed(self) -> list[Placed]:
-        """The chunks to return, passage by passage, each with its trace."""
+        """The chunks to return, passage by passage, each with its trace.
+
+        With ``max_tokens``, each chunk's tokens are counted from its text (once) with the
+        settings' tokenizer; when no hit is linked, the hits come in rank order until the next
+        one does not fit (the first always does).
+        """
         if self.driver is None:  # nothing linked: the hits as they came, the first k
-            return [self._place(i, n, None, False) for n, i in enumerate(self.hit_ids[: self.k])]
-        selection = self.driver.result()
+            first = self.hit_ids[: self.k]
+            if self.settings.max_tokens is not None:
+                counts = self._tokens(first)
+                first = first[: fill_in_order([counts[i] for i in first], self.settings.max_tokens)]
+            return [self._place(i, n, None, False) for n, i in enumerate(first)]
+        tokens = None if self.settings.max_tokens is None else self._tokens(self.driver.chunks)
+        selection = self.driver.result(tokens)
         expanded = self._check_vectors(self.driver, selection)
         picked = {s.chunk_id: s for s in selection.selected}
         return [
@@ -229,6 +240,24 @@ class ScarQuery:
             for number, passage in enumerate(selection.passages)
             for chunk_id in passage
         ]
+
+    def _tokens(self, ids: Iterable[str]) -> dict[str, int]:
+        """Each chunk's tokens, by the settings' tokenizer (default :func:`estimate_tokens`).
+
+        Raises:
+            InvalidSettingsError: If the tokenizer returns anything but an integer >= 0.
+        """
+        count = self.settings.tokenizer or estimate_tokens
+        counts: dict[str, int] = {}
+        for chunk_id in ids:
+            n = count(self.items[chunk_id].text)
+            if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+                raise InvalidSettingsError(
+                    f"tokenizer returned {n!r} for chunk {chunk_id!r}; it must return the "
+                    "text's token count, an integer >= 0."
+                )
+            counts[chunk_id] = int(n)
+        return counts
 
     def _check_vectors(self, driver: QueryDriver, selection: Selection) -> bool:
         """Whether some hit could be scored; warns once about chunks without a usable vector."""

@@ -10,8 +10,9 @@ through. Any other chunk ``n`` is accepted when ``S > gamma * cos(q, seed)``, wh
 boundary between ``n`` and the chunk just before it on the walk. A rejection ends the walk in that
 direction, so a passage has no holes.
 
-**Budget mode** (:func:`budget_select`), the segment auction. Exactly ``k`` chunks are chosen
-from the ``k`` retrieved chunks and the chunks within ``window`` steps of them:
+**Budget mode** (:func:`budget_select`), the segment auction. Exactly ``k`` chunks (or, with
+``max_tokens``, chunks of at most that many tokens) are chosen from the ``k`` retrieved chunks and
+the chunks within ``window`` steps of them:
 
 * the best ``keep`` retrieved chunks are always chosen;
 * every passage (run of linked chosen chunks) holds a retrieved chunk;
@@ -20,20 +21,45 @@ from the ``k`` retrieved chunks and the chunks within ``window`` steps of them:
 
 So a neighbour joined to a chosen chunk bids ``S + alpha`` (``alpha`` is the continuity bonus),
 and a run of two or three neighbours bids as a whole against the further hits it would displace.
-The best set is found exactly, by dynamic programming along each chain of linked candidates.
+The best set is found exactly, by one dynamic programme over the chains of linked candidates laid
+end to end, vectorised over the weight taken (1 a chunk, or its tokens).
+
+The programme (:func:`_sweep`) walks the candidates chain after chain; each chunk ``x`` is in one
+of three states, reached from the state of the chunk before it (``pair`` is ``alpha - lambda_ * b``
+with it, counted only inside a chain; at a chain's start, "from" means "after closing the run"):
+
+============  ===============================  =============================================
+state         meaning                          from, adding
+============  ===============================  =============================================
+``OUT``       not taken                        ``OUT`` or ``ANCHORED``, 0 (never ``OPEN``: a
+                                               run must hold a hit; a forced hit is never OUT)
+``OPEN``      taken, its run holds no hit yet  ``OUT``: ``v(x)``; ``OPEN``: ``v(x) + pair``
+                                               (only if ``x`` is not a hit)
+``ANCHORED``  taken, its run holds a hit       ``OUT``: ``v(x)`` if ``x`` is a hit; ``OPEN``:
+                                               ``v(x) + pair`` if it is; ``ANCHORED``:
+                                               ``v(x) + pair``
+============  ===============================  =============================================
+
+Each state's best total is kept for every weight taken so far (a chunk weighs 1, or its tokens),
+as a numpy vector; the answer is the best ``OUT`` or ``ANCHORED`` total at weight ``k`` (or at
+most ``max_tokens``). A second pass from the other end gives each decision's flip threshold.
 
 A chunk whose vector is missing or unusable is never scored: as a neighbour it ends the walk and is
 listed in :attr:`Selection.unscored`; as a retrieved chunk it keeps its rank (it bids like the
 retrieved chunk just above it) but grows no passage.
+
+This module is longer than most (about 700 lines) because it holds both selections and the exact
+solver they share the chunk records, walk and passages with; split, the pieces would only import
+each other.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +79,7 @@ __all__ = [
     "Selected",
     "Selection",
     "budget_select",
+    "fill_in_order",
     "paper_expand",
     "select",
 ]
@@ -314,6 +341,7 @@ def budget_select(
     hits: Sequence[str],
     chunks: Mapping[str, Chunk],
     settings: BudgetSettings,
+    tokens: Mapping[str, int] | None = None,
 ) -> Selection:
     """Choose exactly ``settings.k`` chunks (fewer only when fewer exist) by the segment auction.
 
@@ -325,16 +353,27 @@ def budget_select(
 
     A chunk linked to a chosen chunk therefore bids ``S + alpha``, as in the paper's formula plus
     the continuity bonus, and a whole run of neighbours bids together against single hits. The
-    optimum is found exactly, by dynamic programming along each chain of linked candidates.
+    optimum is found exactly, by dynamic programming along the chains of linked candidates.
+
+    With ``settings.max_tokens``, the budget is in tokens: among the same candidates, the set
+    with the highest total bid whose ``tokens`` sum to at most ``max_tokens`` wins (a knapsack,
+    solved exactly by the same programme). The best ``keep`` hits are kept as far as they fit
+    together, in rank order; the best hit is kept even alone over the budget (then it is all
+    that can be returned, with any chunk of no tokens), so the result is never empty.
 
     Args:
         query: The query embedding, any scale.
         hits: Retrieved chunk ids, best first; only the first ``k`` are used.
         chunks: Every chunk within ``window`` steps of the hits, with vectors and links.
-        settings: Budget, kept hits, continuity bonus, λ, window and direction.
+        settings: Budget, kept hits, continuity bonus, λ, window, direction, ``max_tokens``.
+        tokens: With ``max_tokens``: each candidate's tokens (every chunk of ``chunks`` and every
+            hit); ignored otherwise.
 
     Returns:
         The selection, with a decision for every neighbour that was a candidate.
+
+    Raises:
+        ValueError: With ``max_tokens``, if a candidate has no token count.
     """
     scored = _Scored(query, chunks)
     ranked = list(dict.fromkeys(hits))[: settings.k]
@@ -348,8 +387,22 @@ def budget_select(
         edge: settings.continuity_bonus - settings.lambda_ * boundary_penalty(cosine)
         for edge, cosine in linked.items()
     }
-    kept = set(ranked[: settings.kept])
-    auction = _Auction(chains, value, pair, rank_of, kept, min(settings.k, len(candidates)))
+    kept = ranked[: settings.kept]
+    weight = dict.fromkeys(candidates, 1)
+    capacity = min(settings.k, len(candidates))
+    if settings.max_tokens is not None:
+        weight, kept = _token_weights(candidates, tokens, kept, settings.max_tokens)
+        capacity = min(settings.max_tokens, sum(weight.values()))
+    line = _Line(
+        [c for chain in chains for c in chain],
+        [value[c] for chain in chains for c in chain],
+        [pair[(chain[p - 1], c)] if p else 0.0 for chain in chains for p, c in enumerate(chain)],
+        [weight[c] for chain in chains for c in chain],
+        [c in rank_of for chain in chains for c in chain],
+        [c in kept for chain in chains for c in chain],
+        [p == 0 for chain in chains for p in range(len(chain))],
+    )
+    auction = _Auction(line, capacity, exact=settings.max_tokens is None)
     picked = auction.picked
     lowest = -1.0 - 2.0 * settings.lambda_  # the lowest S there is
 
@@ -382,6 +435,48 @@ def budget_select(
     )
     chosen = tuple([selected[c] for c in taken] + neighbours)
     return Selection(chosen, _passages(chosen, chunks), tuple(decisions), tuple(unscored))
+
+
+def fill_in_order(counts: Iterable[int], limit: int) -> int:
+    """Return how many of the first ``counts`` fit ``limit`` together.
+
+    Stops at the first that does not fit (reading no further, so ``counts`` may be lazy); at
+    least 1 when there are any: the first is taken even alone over the limit.
+    """
+    total = taken = 0
+    for taken, count in enumerate(counts, 1):
+        total += count
+        if total > limit:
+            return max(taken - 1, 1)
+    return taken
+
+
+def _token_weights(
+    candidates: Sequence[str],
+    tokens: Mapping[str, int] | None,
+    kept: Sequence[str],
+    limit: int,
+) -> tuple[dict[str, int], list[str]]:
+    """Each candidate's tokens, and the kept hits that fit ``limit`` in rank order.
+
+    The best hit is kept even alone over ``limit``: it then weighs ``limit``, filling the budget.
+
+    Raises:
+        ValueError: If a candidate has no token count, or one that is not an integer >= 0.
+    """
+    weight: dict[str, int] = {}
+    for chunk_id in candidates:
+        count = (tokens or {}).get(chunk_id)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise ValueError(
+                f"max_tokens is set, but the token count of chunk {chunk_id!r} is {count!r}; "
+                "pass tokens={chunk id: integer >= 0} for every chunk within reach of the hits."
+            )
+        weight[chunk_id] = count
+    kept = list(kept[: fill_in_order([weight[c] for c in kept], limit)])
+    if kept:
+        weight[kept[0]] = min(weight[kept[0]], limit)
+    return weight, kept
 
 
 #: How the walk first reached a neighbour: its retrieved chunk, the chunk beside it, the step.
@@ -454,172 +549,157 @@ def _nearest_hit(
 
 
 _NONE = -math.inf
-#: Along a chain: the chunk is not taken / taken in a run without a hit yet / taken, run has one.
+#: Along the candidates: the chunk is not taken / taken in a run without a hit yet / taken, in a
+#: run that holds one.
 _OUT, _OPEN, _ANCHORED = 0, 1, 2
 
 
-def _chain_table(
-    chain: Sequence[str],
-    value: Mapping[str, float],
-    pair: Mapping[tuple[str, str], float],
-    hit: Sequence[bool],
-    forced: Sequence[bool],
-    budget: int,
-) -> tuple[list[float], list[int], list[tuple[list[int], list[int], list[int]]]]:
-    """The best total of each count of chunks taken from one chain, its end state and the moves.
+@dataclass(frozen=True)
+class _Line:
+    """The candidates as one line, chain after chain, with what the auction needs of each.
 
-    A run of taken chunks must hold a hit; a forced chunk must be taken. The lists run up to the
-    most chunks the chain can give. ``moves[position][state][count]`` is the state before
-    ``position`` on the best way to ``state`` with ``count`` chunks taken.
+    ``joins[p]`` is the pair bid between chunk ``p - 1`` and chunk ``p`` (0 where ``p`` starts a
+    chain: a run never crosses a chain's edge); ``weights`` are 1 (a budget in chunks) or tokens.
     """
-    if not any(hit):
-        return [0.0], [_OUT], []
-    budget = min(budget, len(chain))
-    out, opened, anchored = [0.0] + [_NONE] * budget, [_NONE] * (budget + 1), [_NONE] * (budget + 1)
-    moves: list[tuple[list[int], list[int], list[int]]] = []
-    for position, chunk_id in enumerate(chain):
-        alone = value[chunk_id]
-        joined = alone + (pair[(chain[position - 1], chunk_id)] if position else 0.0)
-        new_out, new_opened, new_anchored = ([_NONE] * (budget + 1) for _ in range(3))
-        came: tuple[list[int], list[int], list[int]] = ([_OUT] * (budget + 1),
-                                                        [_OUT] * (budget + 1),
-                                                        [_OUT] * (budget + 1))  # fmt: skip
-        for count in range(min(position, budget) + 1):
-            left, open_run, held = out[count], opened[count], anchored[count]
-            if not forced[position]:  # leave it: ends a run, which must hold a hit
-                new_out[count], came[_OUT][count] = (
-                    (left, _OUT) if left >= held else (held, _ANCHORED)
-                )
-            if count == budget:
-                continue
-            if hit[position]:  # take it: the run now holds a hit
-                new_anchored[count + 1], came[_ANCHORED][count + 1] = max(
-                    (left + alone, _OUT), (open_run + joined, _OPEN), (held + joined, _ANCHORED)
-                )
-            else:
-                new_opened[count + 1], came[_OPEN][count + 1] = max(
-                    (left + alone, _OUT), (open_run + joined, _OPEN)
-                )
-                new_anchored[count + 1], came[_ANCHORED][count + 1] = held + joined, _ANCHORED
-        out, opened, anchored = new_out, new_opened, new_anchored
-        moves.append(came)
-    ends = [_OUT if out[n] >= anchored[n] else _ANCHORED for n in range(budget + 1)]
-    return [max(out[n], anchored[n]) for n in range(budget + 1)], ends, moves
+
+    ids: list[str]
+    values: list[float]
+    joins: list[float]
+    weights: list[int]
+    hits: list[bool]
+    forced: list[bool]
+    starts: list[bool]
+
+    def reversed(self) -> _Line:
+        """The same line read from its end: chains and runs are the same, joins move by one."""
+        n = len(self.ids)
+        ends = [p == n - 1 or self.starts[p + 1] for p in range(n)]
+        joins = [0.0 if ends[p] else self.joins[p + 1] for p in range(n)]
+        return _Line(self.ids[::-1], self.values[::-1], joins[::-1], self.weights[::-1],
+                     self.hits[::-1], self.forced[::-1], ends[::-1])  # fmt: skip
 
 
-def _chain_pick(
-    chain: Sequence[str],
-    moves: Sequence[tuple[list[int], list[int], list[int]]],
-    state: int,
-    count: int,
-) -> list[str]:
-    """Walk the moves back from ``state`` with ``count`` chunks taken at the chain's end."""
-    picked: list[str] = []
-    for position in range(len(chain) - 1, -1, -1):
-        before = moves[position][state][count]
-        if state != _OUT:
-            picked.append(chain[position])
-            count -= 1
-        state = before
-    return picked
+def _sweep(line: _Line, capacity: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int8]]:
+    """The best totals along the line, by state and weight taken, and the moves to them.
+
+    ``totals[p][state][w]`` is the best total of the chunks before ``p`` weighing exactly ``w``,
+    chunk ``p - 1`` in ``state``, with every run closed so far holding a hit and every forced
+    chunk taken; ``moves[p - 1][state][w]`` is the state of chunk ``p - 2`` on that best way.
+    One pass, each step a max-plus product of the three states, vectorised over the weight.
+    """
+    n, size = len(line.ids), capacity + 1
+    totals = np.full((n + 1, 3, size), _NONE)
+    totals[0, _OUT, 0] = 0.0
+    moves = np.zeros((n, 3, size), dtype=np.int8)
+    for p in range(n):
+        weight = line.weights[p]
+        bids = np.array(_steps_of(line, p), dtype=np.float64)  # [before][after]
+        ways = totals[p][:, None, :] + bids[:, :, None]
+        first_two = np.maximum(ways[_OUT], ways[_OPEN])
+        best = np.maximum(first_two, ways[_ANCHORED])
+        came = np.where(ways[_ANCHORED] > first_two, _ANCHORED, ways[_OPEN] > ways[_OUT])
+        totals[p + 1, _OUT], moves[p, _OUT] = best[_OUT], came[_OUT]
+        if weight < size:  # taking the chunk moves its total ``weight`` up
+            totals[p + 1, _OPEN:, weight:] = best[_OPEN:, : size - weight]
+            moves[p, _OPEN:, weight:] = came[_OPEN:, : size - weight]
+    return totals, moves
 
 
-def _max_plus(first: Sequence[float], second: Sequence[float], k: int) -> list[float]:
-    """Best totals of ``n`` chunks taken from two groups, ``first[a] + second[n - a]``, n <= k."""
-    out = [_NONE] * (k + 1)
-    for a, x in enumerate(first[: k + 1]):
-        if x == _NONE:
-            continue
-        for b, y in enumerate(second[: k + 1 - a]):
-            if y != _NONE and x + y > out[a + b]:
-                out[a + b] = x + y
-    return out
+def _steps_of(line: _Line, p: int) -> list[list[float]]:
+    """What chunk ``p`` adds to the total for each state of the chunk before and its own.
+
+    Leaving it closes the run before, which must then hold a hit; taking it joins the run before
+    unless ``p`` starts a chain (then the run before closes, and it opens one); a run that takes
+    a hit holds one from then on. A forced chunk cannot be left.
+    """
+    value, join = line.values[p], line.joins[p]
+    start, hit = line.starts[p], line.hits[p]
+    leave = _NONE if line.forced[p] else 0.0
+    after_open = _NONE if start else value + join
+    after_held = value if start else value + join
+    return [
+        [leave, _NONE if hit else value, value if hit else _NONE],  # from OUT
+        [_NONE, _NONE if hit else after_open, after_open if hit else _NONE],  # from OPEN
+        [leave, _NONE if hit or not start else value, after_held if hit or not start else _NONE],
+    ]
 
 
 class _Auction:
     """The set of candidates with the highest total bid, and what each verdict is worth.
 
-    ``picked`` is the best set, of size ``k`` or as large as can be. :meth:`gain` tells, for a
-    neighbour, how much the best total falls if its verdict is reversed.
+    One dynamic programme over the candidates laid end to end, chain after chain, with the weight
+    taken as a vectorised dimension. A budget of ``k`` chunks is the case where every chunk
+    weighs 1 and exactly ``k`` (or as many as can be) are taken; a budget of tokens takes any
+    weight up to the capacity. ``picked`` is the best set; :meth:`gain` tells, for a neighbour,
+    how much the best total falls if its verdict is reversed, from the totals of the passes from
+    both ends.
     """
 
-    def __init__(
-        self,
-        chains: Sequence[Sequence[str]],
-        value: Mapping[str, float],
-        pair: Mapping[tuple[str, str], float],
-        rank_of: Mapping[str, int],
-        kept: set[str],
-        k: int,
-    ) -> None:
-        self.chains, self.value, self.pair, self.k = chains, value, pair, k
-        self.hit = [[c in rank_of for c in chain] for chain in chains]
-        self.forced = [[c in kept for c in chain] for chain in chains]
-        tables = [self._table(i, value, self.forced[i]) for i in range(len(chains))]
-        # prefix[i] / suffix[i]: best totals from the chains before / from chain i on.
-        self.prefix = [[0.0] + [_NONE] * k]
-        for totals, _, _ in tables:
-            self.prefix.append(_max_plus(self.prefix[-1], totals, k))
-        self.suffix = [[0.0] + [_NONE] * k]
-        for totals, _, _ in reversed(tables):
-            self.suffix.insert(0, _max_plus(totals, self.suffix[0], k))
-        best = self.prefix[-1]
-        self.size = max(n for n in range(k + 1) if best[n] != _NONE)
-        self.total = best[self.size]
-        self.chain_of = {c: i for i, chain in enumerate(chains) for c in chain}
-        self._others: dict[int, list[float]] = {}
-        self.picked = self._pick(tables)
+    def __init__(self, line: _Line, capacity: int, exact: bool) -> None:
+        self.line, self.exact, n = line, exact, len(line.ids)
+        self.forward, moves = _sweep(line, capacity)
+        final = np.maximum(self.forward[n, _OUT], self.forward[n, _ANCHORED])
+        reachable = np.flatnonzero(final > _NONE)
+        #: The weight of the best set: exactly the most that can be taken, or the best up to it.
+        self.target = int(reachable[-1]) if exact else capacity
+        weight = self.target if exact else int(np.argmax(final))
+        self.total = float(final[weight])
+        self.index = {c: p for p, c in enumerate(line.ids)}
+        self.picked: set[str] = set()
+        state = (
+            _ANCHORED
+            if self.forward[n, _ANCHORED, weight] > self.forward[n, _OUT, weight]
+            else _OUT
+        )
+        for p in range(n - 1, -1, -1):
+            before = int(moves[p, state, weight])
+            if state != _OUT:
+                self.picked.add(line.ids[p])
+                weight -= line.weights[p]
+            state = before
+        self.backward = _sweep(line.reversed(), capacity)[0]
 
-    def _table(
-        self, index: int, value: Mapping[str, float], forced: Sequence[bool]
-    ) -> tuple[list[float], list[int], list[tuple[list[int], list[int], list[int]]]]:
-        return _chain_table(self.chains[index], value, self.pair, self.hit[index], forced, self.k)
-
-    def _pick(self, tables: Sequence[tuple[list[float], list[int], Any]]) -> set[str]:
-        """Walk the best combination back, chain by chain, then inside each chain."""
-        picked: set[str] = set()
-        size = self.size
-        for index in range(len(self.chains) - 1, -1, -1):
-            totals, ends, moves = tables[index]
-            before = self.prefix[index]
-            count = next(  # of equal totals, the most chunks from the later chain, as built
-                c for c in range(min(len(totals), size + 1) - 1, -1, -1)
-                if totals[c] != _NONE and before[size - c] != _NONE
-                and before[size - c] + totals[c] == self._after(index, size)
-            )  # fmt: skip
-            if count:
-                picked.update(_chain_pick(self.chains[index], moves, ends[count], count))
-            size -= count
-        return picked
-
-    def _after(self, index: int, size: int) -> float:
-        """The best total of ``size`` chunks from the chains up to and including ``index``."""
-        return self.prefix[index + 1][size]
+    def _combine(
+        self, left: npt.NDArray[np.float64], right: npt.NDArray[np.float64], weight: int
+    ) -> float:
+        """The best ``left[a] + right[b]`` with ``a + weight + b`` the target (or at most it)."""
+        room = self.target - weight
+        if room < 0:
+            return _NONE
+        right = right if self.exact else np.maximum.accumulate(right)
+        return float(np.max(left[: room + 1] + right[room::-1]))
 
     def gain(self, chunk_id: str) -> float:
-        """What taking this candidate is worth to the best total: > 0 if taken, <= 0 if not.
+        """What taking this neighbour is worth to the best total: > 0 if taken, <= 0 if not.
 
         It is the best total less the best total with the verdict reversed (taken: without it;
         left: with it), signed, so that ``S > S - gain`` exactly when the candidate is taken.
         """
-        index = self.chain_of[chunk_id]
-        position = self.chains[index].index(chunk_id)
-        value: Mapping[str, float]
+        line, p = self.line, self.index[chunk_id]
+        left, right = self.forward[p], self.backward[len(line.ids) - 1 - p]
+        closed_left = np.maximum(left[_OUT], left[_ANCHORED])
+        closed_right = np.maximum(right[_OUT], right[_ANCHORED])
         if chunk_id in self.picked:  # the best set without it
-            value, forced = {**self.value, chunk_id: _NONE}, self.forced[index]
-        else:  # the best set with it
-            value = self.value
-            forced = [f or p == position for p, f in enumerate(self.forced[index])]
-        totals = self._table(index, value, forced)[0]
-        if index not in self._others:  # the best totals of every other chain, once per chain
-            self._others[index] = _max_plus(self.prefix[index], self.suffix[index + 1], self.k)
-        others = self._others[index]
-        reversed_total = max(
-            (others[self.size - c] + totals[c] for c in range(min(len(totals), self.size + 1))
-             if totals[c] != _NONE and others[self.size - c] != _NONE),
-            default=_NONE,
-        )  # fmt: skip
-        loss = max(self.total - reversed_total, 0.0)  # the best total is the best: never < 0
+            flipped = self._combine(closed_left, closed_right, 0)
+        else:  # the best set with it: its run must hold a hit on one side or the other
+            ends = p == len(line.ids) - 1 or line.starts[p + 1]
+            nothing = np.full_like(closed_left, _NONE)
+            opens, holds = (
+                (nothing, nothing) if line.starts[p]
+                else (left[_OPEN] + line.joins[p], left[_ANCHORED] + line.joins[p])
+            )  # fmt: skip
+            goes_on, holds_after = (
+                (nothing, nothing) if ends
+                else (right[_OPEN] + line.joins[p + 1], right[_ANCHORED] + line.joins[p + 1])
+            )  # fmt: skip
+            fresh = closed_left if line.starts[p] else left[_OUT]
+            stops = closed_right if ends else right[_OUT]
+            weight = line.weights[p]
+            flipped = line.values[p] + max(
+                self._combine(holds, np.maximum(np.maximum(stops, goes_on), holds_after), weight),
+                self._combine(np.maximum(fresh, opens), holds_after, weight),
+            )
+        loss = max(self.total - flipped, 0.0)  # the best total is the best: never < 0
         if chunk_id in self.picked:  # a tie keeps it: it must clear its bar, if only just
             return loss or _TIE
         return -loss
@@ -634,8 +714,12 @@ def select(
     hits: Sequence[str],
     chunks: Mapping[str, Chunk],
     settings: BudgetSettings | PaperSettings,
+    tokens: Mapping[str, int] | None = None,
 ) -> Selection:
-    """Run the selection of ``settings``' mode: :func:`budget_select` or :func:`paper_expand`."""
+    """Run the selection of ``settings``' mode: :func:`budget_select` or :func:`paper_expand`.
+
+    ``tokens`` (each chunk's tokens) is needed by budget mode with ``max_tokens`` only.
+    """
     if isinstance(settings, PaperSettings):
         return paper_expand(query, hits, chunks, settings)
-    return budget_select(query, hits, chunks, settings)
+    return budget_select(query, hits, chunks, settings, tokens)

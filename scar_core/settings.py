@@ -26,6 +26,7 @@ __all__ = [
     "PaperSettings",
     "ScarSettings",
     "default_keep",
+    "estimate_tokens",
     "take_settings",
 ]
 
@@ -53,6 +54,11 @@ def default_keep(k: int) -> int:
     2.1 at k = 3 on ContractNLI.
     """
     return min(k, 2)
+
+
+def estimate_tokens(text: str) -> int:
+    """Return the default token count of a text: ``ceil(len(text) / 4)``, four characters a token."""
+    return -(-len(text) // 4)
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
@@ -96,6 +102,8 @@ class BudgetSettings:
         lambda_: Weight of the boundary penalty.
         window: How many steps a passage may grow from its retrieved chunk.
         direction: ``"both"``, ``"previous"`` or ``"next"``.
+        max_tokens: A budget in tokens instead of chunks: the chosen chunks' tokens sum to at
+            most ``max_tokens``, and ``k`` is only how many retrieved chunks are considered.
     """
 
     k: int = DEFAULT_K
@@ -104,6 +112,7 @@ class BudgetSettings:
     lambda_: float = DEFAULT_LAMBDA
     window: int = DEFAULT_BUDGET_WINDOW
     direction: Direction = "both"
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _check_int("k", self.k, 1)
@@ -118,6 +127,8 @@ class BudgetSettings:
         _check_real("lambda_", self.lambda_, 0.0)
         _check_int("window", self.window, 1)
         _check_direction(self.direction)
+        if self.max_tokens is not None:
+            _check_int("max_tokens", self.max_tokens, 1)
 
     @property
     def kept(self) -> int:
@@ -153,7 +164,7 @@ class PaperSettings:
 
 
 #: Settings that apply to one mode only, with the fix when given for the other.
-_BUDGET_ONLY = ("keep", "continuity_bonus")
+_BUDGET_ONLY = ("keep", "continuity_bonus", "max_tokens", "tokenizer")
 _PAPER_ONLY = ("gamma", "window", "direction")
 
 
@@ -168,10 +179,19 @@ class ScarSettings:
         mode: ``"budget"`` (exactly ``k`` chunks) or ``"paper"`` (the paper's rule on ``k``
             seeds; the count varies).
         k: Chunks returned (budget) or seeds (paper); ``None``: the adapter's default
-            (LangChain: 4; LlamaIndex: as many nodes as it receives).
+            (LangChain: 4; LlamaIndex: as many nodes as it receives). With ``max_tokens``:
+            how many retrieved chunks the auction considers, so raise it with the budget
+            (e.g. ``k=20`` for ``max_tokens=2000``).
         lambda_: Weight of the boundary penalty, both modes.
         keep: Budget mode: the best retrieved chunks always kept (default: 2, at most ``k``).
         continuity_bonus: Budget mode: ``alpha``, the bonus of a continuing neighbour.
+        max_tokens: Budget mode: a budget in tokens instead of chunks. The chunks returned are
+            the set with the highest total bid whose tokens fit ``max_tokens`` (the best
+            ``keep`` hits are kept as far as they fit, in rank order; the best hit is kept
+            even alone over the budget, so a result is never empty).
+        tokenizer: Budget mode, with ``max_tokens``: counts a chunk's tokens from its text;
+            ``None``: :func:`estimate_tokens`, ``ceil(len(text) / 4)``. Pass your LLM's
+            counter for exact budgets, e.g. ``lambda t: len(encoding.encode(t))``.
         gamma: Paper mode: the relative threshold.
         window: Paper mode: how many steps a passage may grow from its seed (1).
         direction: Paper mode: ``"both"``, ``"previous"`` or ``"next"``.
@@ -193,6 +213,8 @@ class ScarSettings:
     gamma: float | None = None
     window: int | None = None
     direction: Direction | None = None
+    max_tokens: int | None = None
+    tokenizer: Callable[[str], int] | None = None
     neighbor_filter: Callable[[Mapping[str, Any]], bool] | None = None
     allow_unfiltered_neighbors: bool = False
 
@@ -206,6 +228,11 @@ class ScarSettings:
                     f"{name}={getattr(self, name)!r} does not apply to mode={self.mode!r}: it "
                     f"applies only to mode={other!r}; pass mode={other!r} or drop {name}."
                 )
+        if self.tokenizer is not None and (not callable(self.tokenizer) or self.max_tokens is None):
+            raise InvalidSettingsError(
+                f"tokenizer={self.tokenizer!r} is not valid: it must be a function of a text that "
+                "returns its token count, and it counts only with max_tokens; pass max_tokens too."
+            )
         if self.neighbor_filter is not None and not callable(self.neighbor_filter):
             raise InvalidSettingsError(
                 f"neighbor_filter={self.neighbor_filter!r} is not callable; pass a function of a "
@@ -245,6 +272,8 @@ class ScarSettings:
             budget["continuity_bonus"] = self.continuity_bonus
         if self.keep is not None:
             budget["keep"] = min(self.keep, k)
+        if self.max_tokens is not None:
+            budget["max_tokens"] = self.max_tokens
         return BudgetSettings(k=k, **budget)
 
     @classmethod

@@ -27,7 +27,15 @@ Names (``B``, ``W``, ``S``, ``N`` integers; ``G``, ``L``, ``A`` numbers; ``k`` i
 ``rseB_PRESET_pP_dD_hH``    dsRAG's segment extraction at ``B`` chunks over the ``H`` best
                             (default ``B``) (:func:`rse`)
 ``prevnextB``               LlamaIndex's prev/next window over ``⌈B/3⌉`` hits (:func:`prev_next`)
+``toptokT``                 the best chunks in rank order until the next one does not fit ``T``
+                            tokens (the first is always taken) (:func:`top_tokens`)
+``budgettokT``, ``_hH``     budget mode with ``max_tokens=T`` over the ``H`` best hits (20):
+                            ``SCARRetriever(vectorstore=vs, k=H, max_tokens=T)``
 =========================  ==================================================================
+
+Both token methods count a chunk's tokens as the report's token metric does (cl100k_base when
+tiktoken is installed, else :func:`scar_core.settings.estimate_tokens`), so they compare at equal
+tokens.
 
 Add your own with :func:`register_method`.
 """
@@ -42,9 +50,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.errors import InvalidSettingsError, missing_dependency
+from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
 from scar_core.eval.chunking import ChunkedCorpus
-from scar_core.selection import Chunk, Selection, select
+from scar_core.eval.embedding import token_counter
+from scar_core.selection import Chunk, Selection, fill_in_order, select
 from scar_core.settings import (
     DEFAULT_BUDGET_WINDOW,
     DEFAULT_CONTINUITY_BONUS,
@@ -52,16 +61,21 @@ from scar_core.settings import (
     DEFAULT_LAMBDA,
     BudgetSettings,
     PaperSettings,
+    estimate_tokens,
 )
 
 __all__ = [
     "DEFAULT_PARENT_SIZE",
     "REGISTRY",
+    "TOKEN_HITS",
+    "ChunkTokens",
     "Method",
     "MethodRegistry",
     "QueryContext",
+    "budget_tokens",
     "create_method",
     "register_method",
+    "top_tokens",
 ]
 
 #: Characters a parent block may span when ``parent`` gives no size (four 500-character chunks).
@@ -97,6 +111,7 @@ class QueryContext:
         hits: Sequence[str],
         settings: BudgetSettings | PaperSettings,
         nodes: Sequence[Chunk] | None = None,
+        tokens: ChunkTokens | None = None,
     ) -> Selection:
         """Run :func:`scar_core.selection.select` on ``hits`` and the chunks within reach of them.
 
@@ -104,11 +119,34 @@ class QueryContext:
             hits: Retrieved chunk ids, best first.
             settings: The mode and its settings.
             nodes: Chunks by row to use instead of :attr:`nodes` (e.g. with some links cut).
+            tokens: Counts the chunks' tokens, for ``max_tokens``.
         """
         table = self.nodes if nodes is None else nodes
         rows = [self.corpus.row_of[h] for h in hits]
         near = self.corpus.nearby(rows, settings.window)
-        return select(self.vector, hits, {table[r].id: table[r] for r in near}, settings)
+        chunks = {table[r].id: table[r] for r in near}
+        counts = None if tokens is None else {c: tokens(self.corpus, c) for c in chunks}
+        return select(self.vector, hits, chunks, settings, counts)
+
+
+class ChunkTokens:
+    """Count a chunk's tokens once, as the report does: cl100k_base, else the character estimate.
+
+    The estimate, :func:`scar_core.settings.estimate_tokens`, is used when tiktoken is missing.
+    """
+
+    def __init__(self) -> None:
+        try:
+            self.count = token_counter()
+        except MissingDependencyError:
+            self.count = estimate_tokens
+        self.memo: dict[str, int] = {}
+
+    def __call__(self, corpus: ChunkedCorpus, chunk_id: str) -> int:
+        """Return the tokens of the chunk ``chunk_id`` of ``corpus``."""
+        if chunk_id not in self.memo:
+            self.memo[chunk_id] = self.count(corpus.chunks[corpus.row_of[chunk_id]].text)
+        return self.memo[chunk_id]
 
 
 #: A method: one query's context in, the selection out.
@@ -119,6 +157,34 @@ def top(depth: int) -> Method:
     """Plain top-``depth``: budget mode that keeps every hit, so nothing else can bid."""
     settings = BudgetSettings(k=depth, keep=depth, window=1)
     return lambda context: context.select(context.head(depth), settings)
+
+
+def top_tokens(limit: int) -> Method:
+    """The best chunks in rank order until the next one does not fit ``limit`` tokens.
+
+    Filling stops there (no later, smaller chunk is taken past it); the first chunk is taken even
+    alone over the limit. It is plain top-``n`` for that ``n``.
+    """
+    BudgetSettings(k=1, max_tokens=limit)  # refuses a limit that is not an integer >= 1
+    count = ChunkTokens()
+
+    def run(context: QueryContext) -> Selection:
+        ids = (context.nodes[row].id for row in context.ranked)
+        return top(max(1, fill_in_order((count(context.corpus, c) for c in ids), limit)))(context)
+
+    return run
+
+
+#: The hits ``budgettokT`` considers when its name gives none: enough for passages worth 4,000
+#: tokens of 500-character chunks.
+TOKEN_HITS = 20
+
+
+def budget_tokens(limit: int, depth: int = TOKEN_HITS) -> Method:
+    """Budget mode with ``max_tokens=limit`` over the ``depth`` best hits, tokens as reported."""
+    settings = BudgetSettings(k=depth, max_tokens=limit)
+    count = ChunkTokens()
+    return lambda context: context.select(context.head(depth), settings, tokens=count)
 
 
 def static(
@@ -325,6 +391,11 @@ def _builtins(registry: MethodRegistry) -> None:
     add(rf"rse(\d+)(?:_(balanced|precision|find_all))?(?:_p{_NUMBER})?(?:_d{_NUMBER})?"
         rf"(?:_m{_NUMBER})?(?:_h(\d+))?", _rse, "rse10_precision", "dsRAG's RSE")  # fmt: skip
     add(r"prevnext(\d+)", lambda m, k: prev_next(int(m[1])), "prevnext9", "LlamaIndex's ±1")
+    add(r"toptok(\d+)", lambda m, k: top_tokens(int(m[1])), "toptok1000",
+        "the best chunks in rank order until the next one does not fit T tokens")  # fmt: skip
+    add(r"budgettok(\d+)(?:_h(\d+))?",
+        lambda m, k: budget_tokens(int(m[1]), int(m[2]) if m[2] else TOKEN_HITS), "budgettok1000",
+        "budget mode with max_tokens=T over the H (20) best hits")  # fmt: skip
 
 
 #: The registry ``scar eval`` uses.
