@@ -22,7 +22,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 import numpy.typing as npt
 
 from scar_core.scoring import unit_vector
-from scar_core.selection import Chunk, Selection, _steps, select
+from scar_core.selection import Chunk, Selection, select, step_out
 from scar_core.settings import BudgetSettings, PaperSettings
 
 __all__ = ["UNSTORED_HIT_PREFIX", "QueryDriver", "distinct_ids"]
@@ -96,13 +96,9 @@ class QueryDriver:
             return list(self._asked)
         if self.reads >= self.settings.window or not self._ring:
             return []
+        seen = set(self.chunks) | self.missing
         ring = {
-            target: None
-            for chunk_id in self._ring
-            for direction in _steps(self.settings.direction)
-            if (target := self.chunks[chunk_id].step(direction)) is not None
-            and target not in self.chunks
-            and target not in self.missing
+            t: None for t, _, _ in step_out(self._ring, self.chunks, self.settings.direction, seen)
         }
         if self.reads == 0:
             unread = [h for h in self.hit_ids if self.chunks[h].vector is None]

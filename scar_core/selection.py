@@ -497,22 +497,36 @@ def _candidates(
     seen = set(ranked)
     reach: dict[str, _Reach] = {}
     unscored: list[str] = []
-    ring = [(c, c) for c in ranked if c in scored.units and c in chunks]
+    seed_of = {c: c for c in ranked if c in scored.units and c in chunks}
     for step in range(1, settings.window + 1):
-        reached: list[tuple[str, str]] = []
-        for via, seed in ring:
-            for direction in _steps(settings.direction):
-                target = chunks[via].step(direction)
-                if target is None or target in seen:
-                    continue
-                seen.add(target)
-                if target not in scored.units or target not in chunks:
-                    unscored.append(target)
-                    continue
-                reach[target] = (seed, via, direction, step)
-                reached.append((target, seed))
-        ring = reached
+        reached: dict[str, str] = {}
+        for target, via, direction in step_out(seed_of, chunks, settings.direction, seen):
+            if target not in scored.units or target not in chunks:
+                unscored.append(target)
+                continue
+            reach[target] = (seed_of[via], via, direction, step)
+            reached[target] = seed_of[via]
+        seed_of = reached
     return [*ranked, *reach], reach, unscored
+
+
+def step_out(
+    ring: Iterable[str], chunks: Mapping[str, Chunk], direction: Direction, seen: set[str]
+) -> list[tuple[str, str, Step]]:
+    """One step of the walk out from ``ring``: the chunks not ``seen`` yet, each once.
+
+    The one ring walk both the query driver (what to read next) and the budget auction (which
+    candidates it weighs) take. Returns ``(target, the chunk it was reached from, direction)``
+    and adds each target to ``seen``.
+    """
+    reached = []
+    for via in ring:
+        for step in _steps(direction):
+            target = chunks[via].step(step)
+            if target is not None and target not in seen:
+                seen.add(target)
+                reached.append((target, via, step))
+    return reached
 
 
 def _chains(
