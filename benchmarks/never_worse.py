@@ -1,0 +1,775 @@
+"""Issue 36: is budget mode never worse than top-B and LlamaIndex's prev/next window?
+
+For every embedding model (the bundled all-MiniLM-L6-v2, a model2vec model distilled from it, and
+all-mpnet-base-v2), dev set (PrivacyQA, ContractNLI, paper4_dev), scope (the query's document, the
+whole corpus), condition and budget B in {3, 5, 7, 10, 12, 15}, runs
+
+* ``top``: the B best chunks;
+* ``prevnext``: LlamaIndex's ``PrevNextNodePostprocessor`` over the ``ceil(B/3)`` best, cut to B
+  (``scar_core.eval.methods.prev_next``);
+* ``rse``: dsRAG's relevant segment extraction, ``balanced`` preset, over the B hits (``rseB``;
+  only when dsRAG is installed);
+* ``budget``: the shipped default, ``budgetB`` (``SCARRetriever(k=B)``);
+* the candidate rules of :func:`rules` (``loc0.5``: alpha = 0.5 x the query's mean boundary
+  penalty; ``rankM``: alpha = M x the query's mean relevance drop per rank; ``rank20c``: the
+  smaller of the two), the recommended one (``PROPOSED``, ``rank20``) also as ``proposed``;
+
+The recommended rule changes one thing in the shipped segment auction: the continuity bonus is no
+longer 0.25 cosine units but ``alpha = 20 * (s_max - s_min) / (B - 1)`` over the cosines of the
+query's B retrieved chunks (:func:`continuity_bonus`): a linked pair of chosen chunks is worth 20
+places down this query's own hit list. Everything else (exactly B chunks, keep 2, window 2,
+lambda 0.1, every passage holds a hit, exact DP) is the shipped auction.
+
+and prints, for each model, the goals of issue 36 with their gaps, then the tables::
+
+    python benchmarks/never_worse.py --bench /work/shared/bench --models minilm,m2v,mpnet \
+        --out benchmarks/results/never_worse.json
+    python benchmarks/never_worse.py --load benchmarks/results/never_worse.json
+
+Conditions (all built from the dev data, no labels used to build them):
+
+* ``base``: the dev sets as they are;
+* ``noisy``: a weak first stage: every query vector gets Gaussian noise (fixed seed), its standard
+  deviation found by bisection so that top-5 recall over all queries of the set and scope is
+  about 0.10 (the held-out merger set's level);
+* ``template``: every query prefixed with a long LegalBench-style template naming its document
+  ("Consider the <title> ... ; <query>"), so that the query vector is dominated by words that
+  boundary-spanning continuations do not contain;
+* ``hard``: both: the templated queries, then noise until top-5 recall is about 0.10 (the
+  held-out set's weak first stage, templated queries and, in ``corpus`` scope on paper4_dev,
+  long documents together);
+* long documents are paper4_dev in ``corpus`` scope (four texts of 0.3-0.5 M characters each).
+
+Models: ``minilm`` (bundled), ``m2v`` (``benchmarks/distill_model2vec.py``, folder
+``$SCAR_M2V_DIR``, default ``/root/.cache/scar-dev/m2v-minilm``), ``mpnet`` (a
+sentence-transformers folder, ``$SCAR_MPNET_DIR``, default
+``/root/.cache/scar-dev/mpnet/all-mpnet-base-v2``). Setting: 500-character chunks without overlap
+(the ``scar eval`` defaults); recall is chunk recall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("SCAR_M2V_DIR", "/root/.cache/scar-dev/m2v-minilm")
+
+from keep_sweep import SETS, dev_embedder
+
+BUDGETS = (3, 5, 7, 10, 12, 15)
+SCOPES = ("document", "corpus")
+CONDITIONS = ("base", "noisy", "template", "hard")
+GROUPS = ("fragmented", "all")
+MODELS = {
+    "minilm": None,
+    "m2v": "m2v",
+    "mpnet": os.environ.get("SCAR_MPNET_DIR", "/root/.cache/scar-dev/mpnet/all-mpnet-base-v2"),
+}
+TITLES = {
+    "rfc9293.txt": "Transmission Control Protocol specification, RFC 9293 of the IETF",
+    "gdpr.txt": "General Data Protection Regulation, Regulation (EU) 2016/679 of the European "
+    "Parliament and of the Council",
+    "msft_10k_fy2023.txt": "Annual Report on Form 10-K of Microsoft Corporation for fiscal year 2023",
+    "merger_agreement.txt": "Agreement and Plan of Merger among Merck & Co., Inc., Astros Merger "
+    "Sub, Inc. and Acceleron Pharma Inc.",
+}
+WINDOW = 2
+LAMBDA = 0.1
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclasses.dataclass
+class Prepared:
+    """One set under one model, scope and condition, as arrays."""
+
+    name: str
+    vectors: np.ndarray  # unit chunk vectors by row
+    adjacent: np.ndarray  # adjacent[r] = cos(row r, row r + 1), NaN across documents
+    first: np.ndarray  # first row of each row's document
+    last: np.ndarray  # one past the last row of each row's document
+    queries: np.ndarray  # unit query vectors
+    ranked: list[np.ndarray]  # per query, its scope's rows, best first
+    gold: list[frozenset[int]]  # per query, gold rows
+    fragmented: np.ndarray
+    scope_rows: list[np.ndarray]
+    prepared: object  # scar_core.eval PreparedBenchmark (for prevnext and rse)
+
+
+def _rank(vectors: np.ndarray, queries: np.ndarray, scope_rows: list[np.ndarray]) -> list:
+    out = []
+    for q, rows in zip(queries, scope_rows, strict=True):
+        out.append(rows[np.argsort(-(vectors[rows] @ q), kind="stable")])
+    return out
+
+
+def template(query: str, document_ids: Sequence[str]) -> str:
+    """A long LegalBench-style prefix naming the query's document."""
+    if query.startswith("Consider "):  # LegalBench: keep its own naming, lengthen it
+        head, _, question = query.partition("; ")
+        title = head[len("Consider ") :]
+    else:
+        title, question = TITLES.get(document_ids[0], document_ids[0]), query
+    return (
+        f"Consider the document {title}, reading it in full, including its definitions, "
+        "recitals, sections, schedules, exhibits and any other part of the text, and answer "
+        f"with reference to its exact terms as written in {title}; {question}"
+    )
+
+
+def load_set(bench: Path, name: str, model: str, scope: str, condition: str, cache) -> Prepared:
+    from scar_core.eval import load_benchmark, prepare_benchmark
+    from scar_core.eval.embedding import embed_texts
+
+    embedder = _embedder(model)
+    benchmark_file, corpus = SETS[name]
+    benchmark = load_benchmark(bench / benchmark_file, bench / corpus)
+    prepared = prepare_benchmark(benchmark, embedder, scope=scope, cache=cache, show_progress=False)
+    corpus_ = prepared.corpus
+    vectors = np.array([n.vector for n in prepared.nodes], dtype=np.float64)
+    n = len(vectors)
+    first, last = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for a, b in corpus_.rows_of_document.values():
+        first[a:b], last[a:b] = a, b
+    adjacent = np.full(n, np.nan)
+    same = np.arange(n - 1) + 1 < last[:-1]
+    adjacent[:-1][same] = np.einsum("ij,ij->i", vectors[:-1], vectors[1:])[same]
+    scope_rows = [np.sort(r) for r in prepared.ranked]
+    queries = prepared.query_units.copy()
+    if condition in ("template", "hard"):
+        texts = [template(q.text, q.document_ids) for q in prepared.queries]
+        queries = embed_texts(embedder, texts, queries=True, cache=cache, show_progress=False)
+    gold = [frozenset(corpus_.row_of[c] for c in g) for g in prepared.gold]
+    ranked = _rank(vectors, queries, scope_rows)
+    data = Prepared(name, vectors, adjacent, first, last, queries, ranked, gold,
+                    prepared.fragmented.copy(), scope_rows, prepared)  # fmt: skip
+    if condition in ("noisy", "hard"):
+        data = add_noise(data, target=0.10)
+    data.prepared = dataclasses.replace(prepared, query_units=data.queries, ranked=data.ranked)
+    return data
+
+
+_EMBEDDERS: dict[str, object] = {}
+
+
+def _embedder(model: str):
+    if model not in _EMBEDDERS:
+        _EMBEDDERS[model] = dev_embedder(MODELS[model])
+    return _EMBEDDERS[model]
+
+
+def top_recall(data: Prepared, queries: np.ndarray, depth: int = 5) -> float:
+    ranked = _rank(data.vectors, queries, data.scope_rows)
+    return float(np.mean([len(g & set(r[:depth].tolist())) / len(g)
+                          for g, r in zip(data.gold, ranked, strict=True)]))  # fmt: skip
+
+
+def add_noise(data: Prepared, target: float, seed: int = 0) -> Prepared:
+    """Query vectors plus Gaussian noise, its size bisected until top-5 recall is ``target``."""
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal(data.queries.shape) / math.sqrt(data.queries.shape[1])
+
+    def noisy(sigma: float) -> np.ndarray:
+        q = data.queries + sigma * noise
+        return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+    low, high = 0.0, 8.0
+    for _ in range(14):
+        mid = (low + high) / 2
+        if top_recall(data, noisy(mid)) > target:
+            low = mid
+        else:
+            high = mid
+    queries = noisy((low + high) / 2)
+    return dataclasses.replace(
+        data, queries=queries, ranked=_rank(data.vectors, queries, data.scope_rows)
+    )
+
+
+# --------------------------------------------------------------------------- the exact DP
+# Copied from scar_core/selection.py at HEAD (the shipped segment auction's dynamic programme),
+# so that this benchmark does not depend on private names being refactored.
+
+_NONE = -math.inf
+#: Along a chain: the chunk is not taken / taken in a run without a hit yet / taken, run has one.
+_OUT, _OPEN, _ANCHORED = 0, 1, 2
+
+
+def _chain_table(
+    chain: Sequence[str],
+    value: Mapping[str, float],
+    pair: Mapping[tuple[str, str], float],
+    hit: Sequence[bool],
+    forced: Sequence[bool],
+    budget: int,
+) -> tuple[list[float], list[int], list[tuple[list[int], list[int], list[int]]]]:
+    """The best total of each count of chunks taken from one chain, its end state and the moves.
+
+    A run of taken chunks must hold a hit; a forced chunk must be taken. The lists run up to the
+    most chunks the chain can give. ``moves[position][state][count]`` is the state before
+    ``position`` on the best way to ``state`` with ``count`` chunks taken.
+    """
+    if not any(hit):
+        return [0.0], [_OUT], []
+    budget = min(budget, len(chain))
+    out, opened, anchored = [0.0] + [_NONE] * budget, [_NONE] * (budget + 1), [_NONE] * (budget + 1)
+    moves: list[tuple[list[int], list[int], list[int]]] = []
+    for position, chunk_id in enumerate(chain):
+        alone = value[chunk_id]
+        joined = alone + (pair[(chain[position - 1], chunk_id)] if position else 0.0)
+        new_out, new_opened, new_anchored = ([_NONE] * (budget + 1) for _ in range(3))
+        came: tuple[list[int], list[int], list[int]] = ([_OUT] * (budget + 1),
+                                                        [_OUT] * (budget + 1),
+                                                        [_OUT] * (budget + 1))  # fmt: skip
+        for count in range(min(position, budget) + 1):
+            left, open_run, held = out[count], opened[count], anchored[count]
+            if not forced[position]:  # leave it: ends a run, which must hold a hit
+                new_out[count], came[_OUT][count] = (
+                    (left, _OUT) if left >= held else (held, _ANCHORED)
+                )
+            if count == budget:
+                continue
+            if hit[position]:  # take it: the run now holds a hit
+                new_anchored[count + 1], came[_ANCHORED][count + 1] = max(
+                    (left + alone, _OUT), (open_run + joined, _OPEN), (held + joined, _ANCHORED)
+                )
+            else:
+                new_opened[count + 1], came[_OPEN][count + 1] = max(
+                    (left + alone, _OUT), (open_run + joined, _OPEN)
+                )
+                new_anchored[count + 1], came[_ANCHORED][count + 1] = held + joined, _ANCHORED
+        out, opened, anchored = new_out, new_opened, new_anchored
+        moves.append(came)
+    ends = [_OUT if out[n] >= anchored[n] else _ANCHORED for n in range(budget + 1)]
+    return [max(out[n], anchored[n]) for n in range(budget + 1)], ends, moves
+
+
+def _chain_pick(
+    chain: Sequence[str],
+    moves: Sequence[tuple[list[int], list[int], list[int]]],
+    state: int,
+    count: int,
+) -> list[str]:
+    """Walk the moves back from ``state`` with ``count`` chunks taken at the chain's end."""
+    picked: list[str] = []
+    for position in range(len(chain) - 1, -1, -1):
+        before = moves[position][state][count]
+        if state != _OUT:
+            picked.append(chain[position])
+            count -= 1
+        state = before
+    return picked
+
+
+def _max_plus(first: Sequence[float], second: Sequence[float], k: int) -> list[float]:
+    """Best totals of ``n`` chunks taken from two groups, ``first[a] + second[n - a]``, n <= k."""
+    out = [_NONE] * (k + 1)
+    for a, x in enumerate(first[: k + 1]):
+        if x == _NONE:
+            continue
+        for b, y in enumerate(second[: k + 1 - a]):
+            if y != _NONE and x + y > out[a + b]:
+                out[a + b] = x + y
+    return out
+
+
+def _best_set(
+    chains: Sequence[Sequence[int]],
+    value: Mapping[int, float],
+    pair: Mapping[tuple[int, int], float],
+    rank_of: Mapping[int, int],
+    kept: set[int],
+    k: int,
+) -> set[int]:
+    """The set of candidates with the highest total bid, of size ``k`` or as large as can be."""
+    tables = []
+    for chain in chains:
+        hit = [c in rank_of for c in chain]
+        forced = [c in kept for c in chain]
+        tables.append(_chain_table(chain, value, pair, hit, forced, k))
+    best = [0.0] + [_NONE] * k
+    split: list[list[int]] = []
+    for totals, _, _ in tables:
+        new, share = [_NONE] * (k + 1), [0] * (k + 1)
+        for before in range(k + 1):
+            if best[before] == _NONE:
+                continue
+            for count in range(min(len(totals), k + 1 - before)):
+                if totals[count] != _NONE and best[before] + totals[count] > new[before + count]:
+                    new[before + count], share[before + count] = best[before] + totals[count], count
+        best = new
+        split.append(share)
+    size = max(n for n in range(k + 1) if best[n] != _NONE)
+    picked: set[int] = set()
+    for index in range(len(chains) - 1, -1, -1):
+        count = split[index][size]
+        _, ends, moves = tables[index]
+        if count:
+            picked.update(_chain_pick(chains[index], moves, ends[count], count))
+        size -= count
+    return picked
+
+
+# --------------------------------------------------------------------------- the auction
+
+
+@dataclasses.dataclass
+class Query:
+    """What an auction rule sees of one query: hits, candidates, cosines, chains."""
+
+    hits: list[int]  # rows, best first
+    scores: np.ndarray  # cos(q, hit) best first
+    candidates: list[int]
+    relevance: dict[int, float]  # cos(q, x) of every candidate
+    chains: list[list[int]]  # runs of consecutive candidate rows in one document
+    edges: dict[tuple[int, int], float]  # cos across each linked pair
+    seed: dict[int, tuple[int, int, int]]  # neighbour -> (nearest hit, its rank, distance)
+
+
+def query_view(data: Prepared, q: int, budget: int, window: int = WINDOW) -> Query:
+    hits = data.ranked[q][:budget].tolist()
+    near: set[int] = set()
+    for r in hits:
+        near.update(range(max(data.first[r], r - window), min(data.last[r], r + window + 1)))
+    rows = sorted(near)
+    chains: list[list[int]] = []
+    for r in rows:
+        if chains and r == chains[-1][-1] + 1 and data.first[r] == data.first[chains[-1][-1]]:
+            chains[-1].append(r)
+        else:
+            chains.append([r])
+    rel = data.vectors[rows] @ data.queries[q]
+    relevance = dict(zip(rows, rel.tolist(), strict=True))
+    edges = {
+        (c[i], c[i + 1]): float(data.adjacent[c[i]]) for c in chains for i in range(len(c) - 1)
+    }
+    rank_of = {h: i for i, h in enumerate(hits)}
+    seed: dict[int, tuple[int, int, int]] = {}
+    for r in rows:
+        if r in rank_of:
+            continue
+        options = [(abs(h - r), rank_of[h], h) for h in hits
+                   if abs(h - r) <= window and data.first[h] == data.first[r]]  # fmt: skip
+        d, rank, h = min(options)
+        seed[r] = (h, rank, d)
+    ordered = hits + [r for r in rows if r not in rank_of]
+    scores = np.array([relevance[h] for h in hits])
+    return Query(hits, scores, ordered, relevance, chains, edges, seed)
+
+
+#: A rule: the query view and the budget in; each candidate's bid and each linked pair's bid out,
+#: and how many hits are kept.
+Rule = Callable[[Query, int], tuple[dict[int, float], dict[tuple[int, int], float], int]]
+
+
+def auction(view: Query, budget: int, rule: Rule) -> list[int]:
+    value, pair, keep = rule(view, budget)
+    rank_of = {h: i for i, h in enumerate(view.hits)}
+    k = min(budget, len(view.candidates))
+    return sorted(_best_set(view.chains, value, pair, rank_of, set(view.hits[:keep]), k))
+
+
+def shipped(alpha: float = 0.25, keep: int = 2, lambda_: float = LAMBDA) -> Rule:
+    """The current default: bid cos(q, x); a linked pair adds alpha - lambda * b."""
+
+    def rule(view: Query, budget: int):
+        value = dict(view.relevance)
+        pair = {e: alpha - lambda_ * (1 - c) for e, c in view.edges.items()}
+        return value, pair, min(budget, keep)
+
+    return rule
+
+
+def inherit_rule(kappa: float = 1.0, keep: int = 2, mode: str = "ratio", unit: str = "spread",
+                 bonus: float = 0.0) -> Rule:  # fmt: skip
+    """Neighbours bid max(own relevance, inherited relevance); see the report in __main__."""
+
+    def rule(view: Query, budget: int):
+        s = view.scores
+        spread = max(float(s[0] - s[-1]), 1e-6)
+        bbar = float(np.mean([1 - c for c in view.edges.values()])) if view.edges else 1.0
+        value: dict[int, float] = {}
+        for x in view.candidates:
+            own = view.relevance[x]
+            if x in view.seed:
+                h, rank, d = view.seed[x]
+                # continuity from the seed along the chain
+                lo, hi = min(h, x), max(h, x)
+                cont = [view.edges[(r, r + 1)] for r in range(lo, hi)]
+                b = sum(1 - c for c in cont)  # path penalty
+                if mode == "ratio":  # rel(seed) * prod cos
+                    inh = s[rank] * float(np.prod(cont))
+                elif mode == "relb":  # seed minus kappa*b/bbar spreads
+                    inh = s[rank] - kappa * spread * (b / bbar)
+                elif mode == "gapd":  # seed minus kappa spreads per step
+                    inh = s[rank] - kappa * spread * d
+                else:
+                    inh = -np.inf
+                value[x] = max(own, inh)
+            else:
+                value[x] = own
+        unit_ = spread if unit == "spread" else 1.0
+        pair = {e: bonus * unit_ - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        return value, pair, min(budget, keep)
+
+    return rule
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def recall(selected: Sequence[int], gold: frozenset[int]) -> float:
+    return len(gold & set(selected)) / len(gold)
+
+
+def run_rule(data: Prepared, rule: Rule, budget: int) -> np.ndarray:
+    return np.array([recall(auction(query_view(data, q, budget), budget, rule), data.gold[q])
+                     for q in range(len(data.gold))])  # fmt: skip
+
+
+def run_method(data: Prepared, name: str, budget: int) -> np.ndarray:
+    """A ``scar eval`` method by name, through scar_core.eval (top, prevnext, rse, budget)."""
+    from scar_core.eval import create_method
+
+    method = create_method(f"{name}{budget}", budget)
+    p = data.prepared
+    out = []
+    for q in range(len(data.gold)):
+        ids = method(p.context(q, budget)).chunk_ids
+        out.append(recall([p.corpus.row_of[c] for c in ids], data.gold[q]))
+    return np.array(out)
+
+
+def run_top(data: Prepared, budget: int) -> np.ndarray:
+    return np.array([recall(data.ranked[q][:budget].tolist(), data.gold[q])
+                     for q in range(len(data.gold))])  # fmt: skip
+
+
+# --------------------------------------------------------------------------- experiment helper
+
+
+def views(data: Prepared, budget: int) -> list[Query]:
+    return [query_view(data, q, budget) for q in range(len(data.gold))]
+
+
+def run_views(data: Prepared, vs: list[Query], rule: Rule, budget: int) -> np.ndarray:
+    return np.array([recall(auction(v, budget, rule), data.gold[q]) for q, v in enumerate(vs)])
+
+
+def local_bonus(factor: float = 0.5, keep: int = 2) -> Rule:
+    """alpha = factor * mean boundary penalty of the edges this query read."""
+
+    def rule(view: Query, budget: int):
+        bbar = float(np.mean([1 - c for c in view.edges.values()])) if view.edges else 0.0
+        pair = {e: factor * bbar - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        return dict(view.relevance), pair, min(budget, keep)
+
+    return rule
+
+
+def unit_of(view: Query, unit: str) -> float:
+    """A per-query scale in cosine units, from what the query read."""
+    if unit == "sd":  # std of relevance over every candidate read
+        return float(np.std(list(view.relevance.values())))
+    if unit == "spread":
+        return float(view.scores[0] - view.scores[-1])
+    if unit == "deficit":  # how much relevance a one-step neighbour loses against its seed
+        gaps = [view.scores[r] - view.relevance[x] for x, (h, r, d) in view.seed.items() if d == 1]
+        return float(np.mean(gaps)) if gaps else 0.0
+    if unit == "bbar":
+        return float(np.mean([1 - c for c in view.edges.values()])) if view.edges else 0.0
+    if unit == "hitsd":
+        return float(np.std(view.scores))
+    raise ValueError(unit)
+
+
+def scaled_bonus(factor: float, unit: str, keep: int = 2, lambda_: float = LAMBDA) -> Rule:
+    """alpha = factor * unit_of(view, unit); a linked pair adds alpha - lambda * b."""
+
+    def rule(view: Query, budget: int):
+        alpha = factor * unit_of(view, unit)
+        pair = {e: alpha - lambda_ * (1 - c) for e, c in view.edges.items()}
+        return dict(view.relevance), pair, min(budget, keep)
+
+    return rule
+
+
+# --------------------------------------------------------------------------- the grid
+
+BASELINES = ("top", "prevnext", "rse", "budget")
+
+
+def rules() -> dict[str, Rule]:
+    """The rules measured besides the baselines (the shipped auction is ``ship``).
+
+    ``SENSITIVITY`` adds the neighbours of the proposal's constant (base condition only).
+    """
+    return {
+        "ship": shipped(),
+        "loc0.5": local_bonus(0.5),
+        "rank20": rank_bonus(20),
+        "rank20c": rank_bonus(20, cap=0.5),
+    }
+
+
+#: Neighbours of the proposal's constant, measured in the base condition (show with --extra).
+SENSITIVITY = ("rank10", "rank15", "rank30", "rank40")
+
+
+def measure_one(data: Prepared, budgets: Sequence[int], rule_set: Mapping[str, Rule],
+                baselines: Sequence[str] = BASELINES, known: Mapping | None = None) -> dict:  # fmt: skip
+    """``B -> method -> per-query recall`` (lists) for one prepared set.
+
+    Methods already in ``known`` (a previous result) are taken from it, not run again.
+    """
+    out: dict = {}
+    for b in budgets:
+        done = {k: np.array(v) for k, v in (known or {}).get(str(b), {}).items()}
+        row: dict[str, np.ndarray] = {"top": run_top(data, b)}
+        if "budget" in done:
+            done["ship"] = done.pop("budget")
+        row.update(done)
+        todo = {k: r for k, r in rule_set.items() if k not in done}
+        for name in baselines:
+            if name == "top" or name in row:
+                continue
+            if name == "rse":
+                try:
+                    import dsrag.rse  # noqa: F401
+                except ImportError:
+                    continue
+            if name == "budget" and "ship" in rule_set:
+                continue  # the shipped auction as of this file's DP copy: rule ``ship`` below
+            row[name] = run_method(data, name, b)
+        vs = views(data, b) if todo else []
+        for name, rule in todo.items():
+            row[name] = run_views(data, vs, rule, b)
+        if "ship" in row:
+            row["budget"] = row.pop("ship")
+        out[str(b)] = {k: v.round(6).tolist() for k, v in row.items()}
+    return out
+
+
+# --------------------------------------------------------------------------- goals and tables
+
+SET_NAMES = ("privacy_qa", "contractnli", "paper4_dev")
+
+
+def means(cell: Mapping, fragmented: Sequence[bool]) -> dict[str, dict[str, float]]:
+    """``method -> group -> mean recall`` of one ``B`` cell of per-query recalls."""
+    mask = np.array(fragmented, dtype=bool)
+    return {m: {"fragmented": float(np.mean(np.array(v)[mask])), "all": float(np.mean(v))}
+            for m, v in cell.items()}  # fmt: skip
+
+
+def goals(table: Mapping, method: str, budgets: Sequence[int] = BUDGETS) -> dict[str, float]:
+    """Worst gap of ``method`` on each goal over one model and condition's ``scope -> set -> B``.
+
+    * ``never_worse``: min over scope, set, B of all-query recall - max(top, prevnext) (goal >= -0.5
+      points);
+    * ``fragmented_gain``: min over scope and B >= 5 of the mean over sets of fragmented recall -
+      the best of the baselines' (top, prevnext, rse) means over sets (goal >= +2 points);
+    * ``monotone``: min over scope, set, group of the smallest step of recall as B grows (>= 0).
+    """
+    worst = {"never_worse": math.inf, "fragmented_gain": math.inf, "monotone": math.inf}
+    where: dict[str, str] = {}
+
+    def note(goal: str, gap: float, label: str) -> None:
+        if gap < worst[goal]:
+            worst[goal], where[goal] = gap, label
+
+    for scope, sets in table.items():
+        for b in budgets:
+            cells = {s: sets[s][str(b)] for s in sets}
+            for s, cell in cells.items():
+                note("never_worse", 100 * (cell[method]["all"] - max(
+                    cell["top"]["all"], cell["prevnext"]["all"])), f"{scope} {s} B={b}")  # fmt: skip
+            if b >= 5 and cells:  # over the sets measured (all three unless said in "where")
+                mine = np.mean([c[method]["fragmented"] for c in cells.values()])
+                rivals = [m for m in ("top", "prevnext", "rse") if m in next(iter(cells.values()))]
+                best = max(np.mean([c[m]["fragmented"] for c in cells.values()]) for m in rivals)
+                sets_note = "" if len(cells) == len(SET_NAMES) else f" ({len(cells)} sets)"
+                note("fragmented_gain", 100 * (mine - best), f"{scope} B={b}{sets_note}")
+        for s in sets:
+            for g in GROUPS:
+                series = [sets[s][str(b)][method][g] for b in budgets]
+                note("monotone", 100 * min(np.diff(series)), f"{scope} {s} {g}")
+    return {k: round(v, 2) for k, v in worst.items()} | {f"{k}_at": v for k, v in where.items()}
+
+
+def load_grid(folder: Path) -> dict:
+    """``model -> condition -> scope -> set -> B -> method -> group -> mean`` from grid files."""
+    table: dict = {}
+    for f in sorted(folder.glob("*__*__*__*.json")):
+        model, cond, scope, name = f.stem.split("__")
+        raw = json.loads(f.read_text())
+        frag = raw.pop("_fragmented")
+        top5 = raw.pop("_top5")
+        cell = table.setdefault(model, {}).setdefault(cond, {}).setdefault(scope, {})
+        cell[name] = {b: means(v, frag) for b, v in raw.items()} | {"_top5": top5}
+    return table
+
+
+def strip(sets: Mapping) -> dict:
+    return {s: {b: v for b, v in d.items() if not b.startswith("_")} for s, d in sets.items()}
+
+
+#: The recommended rule's name among ``rules()``.
+PROPOSED = "rank20"
+SHOWN = ("top", "prevnext", "rse", "budget", "proposed")
+
+
+def rename(table: dict, proposed: str = PROPOSED) -> dict:
+    """Copy ``proposed``'s results under the name ``proposed`` everywhere in a loaded grid."""
+    for conds in table.values():
+        for scopes in conds.values():
+            for sets in scopes.values():
+                for cells in sets.values():
+                    for b, cell in cells.items():
+                        if not b.startswith("_") and proposed in cell:
+                            cell["proposed"] = cell[proposed]
+    return table
+
+
+def print_report(table: dict, extra: Sequence[str] = ()) -> None:
+    """Goals with their gaps for the current default and the proposal, then the tables."""
+    print("# Goals (points; never_worse >= -0.5, fragmented_gain >= +2, monotone >= 0)\n")
+    print(
+        "| model | condition | method | never worse (worst) | where | fragmented gain (worst)"
+        " | where | monotone (worst step) | where |"
+    )
+    print("|---|---|---|---:|---|---:|---|---:|---|")
+    for model, conds in table.items():
+        for cond, scopes in conds.items():
+            tab = {sc: strip(sets) for sc, sets in scopes.items()}
+            for method in ("budget", "proposed", *extra):
+                try:
+                    g = goals(tab, method)
+                except KeyError:
+                    continue
+                print(f"| {model} | {cond} | {method} | {g['never_worse']:+.1f} | "
+                      f"{g.get('never_worse_at', '')} | {g['fragmented_gain']:+.1f} | "
+                      f"{g.get('fragmented_gain_at', '')} | {g['monotone']:+.1f} | "
+                      f"{g.get('monotone_at', '')} |")  # fmt: skip
+    for group in GROUPS:
+        print(f"\n# Recall, {group} queries\n")
+        for model, conds in table.items():
+            for cond, scopes in conds.items():
+                print(f"\n## {model}, {cond}\n")
+                cols = [m for m in (*SHOWN, *extra)]
+                print("| set | scope | top-5 recall | B | " + " | ".join(cols) + " |")
+                print("|---|---|---:|---:|" + "---:|" * len(cols))
+                for scope, sets in scopes.items():
+                    for name in SET_NAMES:
+                        if name not in sets:
+                            continue
+                        for i, b in enumerate(BUDGETS):
+                            cell = sets[name].get(str(b), {})
+                            vals = [f"{cell[m][group]:.3f}" if m in cell else "-" for m in cols]
+                            head = (f"{name} | {scope} | {sets[name]['_top5']:.3f}" if i == 0
+                                    else " | | ")  # fmt: skip
+                            print(f"| {head} | {b} | " + " | ".join(vals) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--bench", type=Path, default=Path("/work/shared/bench"))
+    parser.add_argument("--cache-dir", type=Path, default=Path("/root/.cache/scar-dev"))
+    parser.add_argument("--models", default="minilm,m2v,mpnet")
+    parser.add_argument("--conditions", default=",".join(CONDITIONS))
+    parser.add_argument("--scopes", default=",".join(SCOPES))
+    parser.add_argument("--sets", default=",".join(SET_NAMES))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/never_worse"),
+                        help="one JSON of per-query recalls per model, condition, scope and set "
+                             "(kept, so an interrupted run resumes)")  # fmt: skip
+    parser.add_argument("--out", type=Path, help="write the table of means here (JSON)")
+    parser.add_argument("--load", type=Path, help="reprint a saved --out file")
+    parser.add_argument("--extra", default="", help="other rules of rules() to show")
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="measure nothing: gather what --work holds, write --out, print",
+    )
+    args = parser.parse_args()
+    extra = [e for e in args.extra.split(",") if e]
+    if args.load:
+        print_report(json.loads(args.load.read_text()), extra)
+        return
+    from scar_core.cache import EmbeddingCache
+
+    cache = EmbeddingCache(args.cache_dir)
+    args.work.mkdir(parents=True, exist_ok=True)
+    for model in [] if args.collect else args.models.split(","):
+        for cond in args.conditions.split(","):
+            for scope in args.scopes.split(","):
+                for name in args.sets.split(","):
+                    f = args.work / f"{model}__{cond}__{scope}__{name}.json"
+                    known = json.loads(f.read_text()) if f.exists() else None
+                    if known and all(r in known["3"] for r in rules() if r != "ship"):
+                        continue
+                    started = time.perf_counter()
+                    data = load_set(args.bench, name, model, scope, cond, cache)
+                    result = measure_one(data, BUDGETS, rules(), known=known)
+                    result["_fragmented"] = data.fragmented.tolist()
+                    result["_top5"] = top_recall(data, data.queries)
+                    f.write_text(json.dumps(result))
+                    print(f"{model} {cond} {scope} {name}: "
+                          f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+    table = rename(load_grid(args.work))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(table, indent=1) + "\n")
+    print_report(table, extra)
+
+
+#: The proposal's one constant: what a linked pair of chosen chunks is worth, in places down the
+#: query's own hit list.
+CONTINUITY_RANKS = 20.0
+
+
+def continuity_bonus(hit_relevance: Sequence[float], ranks: float = CONTINUITY_RANKS) -> float:
+    """The continuity bonus of one query: ``ranks`` times its hits' mean drop in relevance per rank.
+
+    ``(max - min) / (k - 1)`` over the ``k`` hits' cosines is what one place down this query's own
+    hit list costs; the bonus is ``ranks`` such places. It is in the query's own units: adding a
+    constant to every relevance changes nothing, and scaling every cosine scales it alike. 0 with
+    fewer than two hits (nothing to compare).
+    """
+    if len(hit_relevance) < 2:
+        return 0.0
+    return ranks * (max(hit_relevance) - min(hit_relevance)) / (len(hit_relevance) - 1)
+
+
+def rank_bonus(ranks: float = CONTINUITY_RANKS, keep: int = 2, cap: float | None = None) -> Rule:
+    """The shipped auction with alpha = :func:`continuity_bonus` of the query's hits.
+
+    With ``cap``, alpha is at most ``cap`` times the query's mean boundary penalty.
+    """
+
+    def rule(view: Query, budget: int):
+        alpha = continuity_bonus(view.scores.tolist(), ranks)
+        if cap is not None:
+            alpha = min(alpha, cap * unit_of(view, "bbar"))
+        pair = {e: alpha - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        return dict(view.relevance), pair, min(budget, keep)
+
+    return rule
+
+
+if __name__ == "__main__":
+    main()
