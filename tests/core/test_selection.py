@@ -62,12 +62,8 @@ def naive_paper(query, ranked, chunks, k, lam, gamma, window):
     return chosen
 
 
-def naive_budget(query, ranked, chunks, k, keep, alpha, lam, window, with_=(), without=()):
-    """Every set of k candidates, scored as the docstring says; the best one wins.
-
-    ``with_`` and ``without``: chunks the set must hold, and must not. Returns the best set;
-    ``naive_budget.total`` holds its total bid.
-    """
+def candidates_of(ranked, chunks, k, window):
+    """The k hits and every chunk within ``window`` steps of one, by a plain breadth-first walk."""
     hits = ranked[:k]
     reach = {h: 0 for h in hits}
     for step in range(1, window + 1):
@@ -76,21 +72,36 @@ def naive_budget(query, ranked, chunks, k, keep, alpha, lam, window, with_=(), w
                 for n in (chunks[c].previous_id, chunks[c].next_id):
                     if n is not None and n not in reach:
                         reach[n] = step
-    candidates = sorted(reach)
+    return sorted(reach)
+
+
+def total_bid(query, chunks, chosen, alpha, lam):
+    """A set's total bid, as the module docstring defines it."""
+    total = sum(cos(query, chunks[c].vector) for c in chosen)
+    for c in chosen:
+        n = chunks[c].next_id
+        if n in chosen:
+            total += alpha - lam * (1 - cos(chunks[c].vector, chunks[n].vector))
+    return total
+
+
+def naive_budget(query, ranked, chunks, k, keep, alpha, lam, window, with_=(), without=()):
+    """Every set of k candidates, scored as the docstring says; the best one wins.
+
+    ``with_`` and ``without``: chunks the set must hold, and must not. Returns the best set;
+    ``naive_budget.total`` holds its total bid.
+    """
+    hits = ranked[:k]
+    candidates = candidates_of(ranked, chunks, k, window)
     size = min(k, len(candidates))
     best, best_total = None, -math.inf
     for subset in itertools.combinations(candidates, size):
         chosen = set(subset)
         if not set(hits[:keep]) | set(with_) <= chosen or chosen & set(without):
             continue
-        runs = [r for r in passages_of(chosen, chunks)]
-        if not all(any(c in hits for c in run) for run in runs):
+        if not all(any(c in hits for c in run) for run in passages_of(chosen, chunks)):
             continue
-        total = sum(cos(query, chunks[c].vector) for c in chosen)
-        for c in chosen:
-            n = chunks[c].next_id
-            if n in chosen:
-                total += alpha - lam * (1 - cos(chunks[c].vector, chunks[n].vector))
+        total = total_bid(query, chunks, chosen, alpha, lam)
         if total > best_total:
             best, best_total = chosen, total
     naive_budget.total = best_total

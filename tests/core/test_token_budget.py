@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_selection import corpus, cos, passages_of
+from test_selection import candidates_of, corpus, passages_of, total_bid
 
 from scar_core import BudgetSettings, InvalidSettingsError, ScarSettings, budget_select
 from scar_core.query import Found, ScarQuery
@@ -20,18 +20,6 @@ from scar_core.settings import estimate_tokens
 def lengths(chunks, seed: int, low: int = 1, high: int = 9) -> dict[str, int]:
     rng = np.random.default_rng(seed + 1000)
     return {c: int(rng.integers(low, high + 1)) for c in sorted(chunks)}
-
-
-def candidates_of(ranked, chunks, k, window):
-    hits = ranked[:k]
-    reach = {h: 0 for h in hits}
-    for step in range(1, window + 1):
-        for c, d in list(reach.items()):
-            if d == step - 1:
-                for n in (chunks[c].previous_id, chunks[c].next_id):
-                    if n is not None and n not in reach:
-                        reach[n] = step
-    return sorted(reach)
 
 
 def naive_tokens(query, ranked, chunks, tokens, k, keep, alpha, lam, window, limit, with_=(),
@@ -55,11 +43,7 @@ def naive_tokens(query, ranked, chunks, tokens, k, keep, alpha, lam, window, lim
                 continue
             if not all(any(c in hits for c in run) for run in passages_of(chosen, chunks)):
                 continue
-            total = sum(cos(query, chunks[c].vector) for c in chosen)
-            for c in chosen:
-                n = chunks[c].next_id
-                if n in chosen:
-                    total += alpha - lam * (1 - cos(chunks[c].vector, chunks[n].vector))
+            total = total_bid(query, chunks, chosen, alpha, lam)
             if total > best_total:
                 best, best_total = chosen, total
     naive_tokens.total = best_total

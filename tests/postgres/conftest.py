@@ -13,6 +13,7 @@ The tests use the stores' own connections (``PGEngine`` for LangChain); SCAR ope
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 import uuid
@@ -57,6 +58,15 @@ def postgres() -> Iterator[PostgresServer]:
     finally:
         handle.cleanup()
         shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def engine(postgres: PostgresServer) -> Iterator[Any]:
+    """langchain-postgres's ``PGEngine`` on the server (skipped without langchain-postgres)."""
+    langchain_postgres = pytest.importorskip("langchain_postgres")
+    pg_engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("psycopg"))
+    yield pg_engine
+    asyncio.run(pg_engine.close())
 
 
 @pytest.fixture

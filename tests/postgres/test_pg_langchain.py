@@ -8,8 +8,6 @@ connections (its ``PGEngine``); it opens none.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,13 +33,6 @@ langchain_postgres = pytest.importorskip("langchain_postgres")
 @pytest.fixture(scope="module")
 def corpus() -> Corpus:
     return make_corpus()
-
-
-@pytest.fixture(scope="module")
-def engine(postgres: Any) -> Iterator[Any]:
-    pg_engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("psycopg"))
-    yield pg_engine
-    asyncio.run(pg_engine.close())
 
 
 def pg_store(

@@ -9,9 +9,7 @@ connections (its ``PGEngine``); SCAR opens none.
 
 from __future__ import annotations
 
-import asyncio
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,13 +28,6 @@ langchain_postgres = pytest.importorskip("langchain_postgres")
 @pytest.fixture(scope="module")
 def corpus() -> Corpus:
     return make_corpus()
-
-
-@pytest.fixture(scope="module")
-def engine(postgres: Any) -> Iterator[Any]:
-    pg_engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("psycopg"))
-    yield pg_engine
-    asyncio.run(pg_engine.close())
 
 
 class RecordingPGVectorStore(langchain_postgres.PGVectorStore):

@@ -6,8 +6,6 @@ metadata columns, and SCAR applies it through ``get(ids, where=...)``.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,13 +16,6 @@ from lc_trust import FILTERS, check_no_leak, tenant_chunks
 pytestmark = pytest.mark.postgres
 
 langchain_postgres = pytest.importorskip("langchain_postgres")
-
-
-@pytest.fixture(scope="module")
-def engine(postgres: Any) -> Iterator[Any]:
-    pg_engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("psycopg"))
-    yield pg_engine
-    asyncio.run(pg_engine.close())
 
 
 def test_nothing_the_filter_excludes_comes_back(engine: Any, table_name: str) -> None:
