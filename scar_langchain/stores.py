@@ -35,10 +35,10 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from scar_core.query import warn_once
 
-__all__ = ["NOT_RESTRICTING", "Found", "StoreReader", "reader_for"]
+__all__ = ["NOT_RESTRICTING", "Rows", "StoreReader", "reader_for"]
 
-#: ``{chunk id: (document, stored vector or None)}``.
-Found = dict[str, tuple[Document, Any]]
+#: What a read returns: ``{chunk id: (document, stored vector or None)}``.
+Rows = dict[str, tuple[Document, Any]]
 
 #: Search keyword arguments that change how a search ranks or how many hits it fetches, but never
 #: which chunks it may return; a reader need not apply them to neighbours.
@@ -47,8 +47,8 @@ NOT_RESTRICTING = frozenset(
 )
 
 
-def _found(rows: Iterable[tuple[Any, str | None, dict[str, Any] | None, Any]]) -> Found:
-    """``Found`` from ``(id, text, metadata, vector)`` rows, ids as strings."""
+def _found(rows: Iterable[tuple[Any, str | None, dict[str, Any] | None, Any]]) -> Rows:
+    """``Rows`` from ``(id, text, metadata, vector)`` tuples, ids as strings."""
     return {
         str(i): (Document(id=str(i), page_content=text or "", metadata=meta or {}), vector)
         for i, text, meta, vector in rows
@@ -74,7 +74,7 @@ class StoreReader:
         """Return the keys of ``search_kwargs`` that may restrict a search but not this read."""
         return sorted(set(search_kwargs) - self.applies - NOT_RESTRICTING)
 
-    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         """Return ``{id: (document, vector or None)}`` for the ids the store holds.
 
         Args:
@@ -84,7 +84,7 @@ class StoreReader:
         """
         return {d.id: (d, None) for d in self.store.get_by_ids(list(ids)) if d.id}
 
-    async def aread(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
+    async def aread(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         """Async :meth:`read`: the store's async API where it has one, else a worker thread."""
         if self.in_process:
             return self.read(ids, search_kwargs)
@@ -97,7 +97,7 @@ class _InMemoryReader(StoreReader):
     in_process = True
     applies = frozenset({"filter"})
 
-    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         rows = self.store.store
         fields = ("text", "metadata", "vector")
         found = _found((i, *(rows[i][field] for field in fields)) for i in ids if i in rows)
@@ -110,7 +110,7 @@ class _FaissReader(StoreReader):
     applies = frozenset({"filter"})
     _rows: tuple[int, int, dict[str, int]] = (0, -1, {})  # (mapping's id, size, chunk id -> row)
 
-    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         mapping: dict[int, str] = self.store.index_to_docstore_id
         if self._rows[:2] != (id(mapping), len(mapping)):  # chunks were added or deleted
             self._rows = (id(mapping), len(mapping), {c: row for row, c in mapping.items()})
@@ -150,8 +150,8 @@ class _FaissReader(StoreReader):
 _GET_INCLUDE = ["documents", "metadatas", "embeddings"]
 
 
-def _from_get(result: dict[str, Any]) -> Found:
-    """``Found`` from a ``get`` result; pgvector gives vectors as text (of float32 values)."""
+def _from_get(result: dict[str, Any]) -> Rows:
+    """``Rows`` from a ``get`` result; pgvector gives vectors as text (of float32 values)."""
     return _found(
         (i, text, meta, np.asarray(json.loads(v), np.float32) if isinstance(v, str) else v)
         for i, text, meta, v in zip(*(result[k] for k in ["ids", *_GET_INCLUDE]), strict=True)
@@ -166,11 +166,11 @@ class _PGVectorReader(StoreReader):
     def _where(self, search_kwargs: dict[str, Any]) -> dict[str, Any]:
         return {"where": search_kwargs.get("filter")}
 
-    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         where = self._where(search_kwargs)
         return _from_get(self.store.get(ids=list(ids), include=_GET_INCLUDE, **where))
 
-    async def aread(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
+    async def aread(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         if not hasattr(self.store, "aget"):  # Chroma
             return await asyncio.to_thread(self.read, ids, search_kwargs)
         where = self._where(search_kwargs)
@@ -197,7 +197,7 @@ class _QdrantReader(StoreReader):
 
     applies = frozenset({"filter"})
 
-    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Found:
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         from qdrant_client import models
 
         conditions: list[Any] = [models.HasIdCondition(has_id=[_point_id(i) for i in ids])]
