@@ -70,7 +70,10 @@ from keep_sweep import SETS, dev_embedder
 
 BUDGETS = (3, 5, 7, 10, 12, 15)
 SCOPES = ("document", "corpus")
-CONDITIONS = ("base", "noisy", "template", "hard")
+CONDITIONS = ("base", "noisy", "template", "hard", "compressed")
+#: ``compressed``: the mean cosine of two random chunks after the shared direction is added
+#: (API embedders such as OpenAI's put most pairs of texts between about 0.7 and 0.9).
+COMPRESSED_MEAN_COSINE = 0.75
 GROUPS = ("fragmented", "all")
 MODELS = {
     "minilm": None,
@@ -158,8 +161,48 @@ def load_set(bench: Path, name: str, model: str, scope: str, condition: str, cac
                     prepared.fragmented.copy(), scope_rows, prepared)  # fmt: skip
     if condition in ("noisy", "hard"):
         data = add_noise(data, target=0.10)
-    data.prepared = dataclasses.replace(prepared, query_units=data.queries, ranked=data.ranked)
+    nodes = prepared.nodes
+    if condition == "compressed":
+        data = compress(data)
+        nodes = [dataclasses.replace(c, vector=v) for c, v in zip(nodes, data.vectors, strict=True)]
+    data.prepared = dataclasses.replace(
+        prepared, query_units=data.queries, ranked=data.ranked, nodes=nodes
+    )
     return data
+
+
+def compress(data: Prepared, seed: int = 1) -> Prepared:
+    """Every vector, chunks and queries alike, plus one shared direction, then unit length.
+
+    The shared direction's weight is bisected until two random chunks have a mean cosine of
+    :data:`COMPRESSED_MEAN_COSINE`: a model whose cosines crowd into a narrow, high band, as
+    many API embedders' do, with the same neighbourhoods as the model measured.
+    """
+    rng = np.random.default_rng(seed)
+    shared = rng.standard_normal(data.vectors.shape[1])
+    shared /= np.linalg.norm(shared)
+    pairs = rng.integers(0, len(data.vectors), size=(2000, 2))
+
+    def moved(vectors: np.ndarray, weight: float) -> np.ndarray:
+        out = vectors + weight * shared
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+    low, high = 0.0, 20.0
+    for _ in range(30):
+        mid = (low + high) / 2
+        v = moved(data.vectors[pairs.ravel()], mid).reshape(2000, 2, -1)
+        if float(np.einsum("ij,ij->i", v[:, 0], v[:, 1]).mean()) < COMPRESSED_MEAN_COSINE:
+            low = mid
+        else:
+            high = mid
+    vectors, queries = moved(data.vectors, low), moved(data.queries, low)
+    adjacent = np.full(len(vectors), np.nan)
+    same = np.arange(len(vectors) - 1) + 1 < data.last[:-1]
+    adjacent[:-1][same] = np.einsum("ij,ij->i", vectors[:-1], vectors[1:])[same]
+    return dataclasses.replace(
+        data, vectors=vectors, queries=queries, adjacent=adjacent,
+        ranked=_rank(vectors, queries, data.scope_rows),
+    )  # fmt: skip
 
 
 _EMBEDDERS: dict[str, object] = {}
