@@ -314,7 +314,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 read = reader.nodes(ids)
             except Exception as error:
                 raise self._fetch_error(ids, error) from error
-            scar.receive(self._found(read, reader))
+            scar.receive(self._within_retriever(read, reader))
         return self._render(nodes, scar.placed())
 
     async def _apostprocess_nodes(
@@ -335,7 +335,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 read = await reader.anodes(ids)
             except Exception as error:
                 raise self._fetch_error(ids, error) from error
-            await scar.areceive(self._found(read, reader))
+            await scar.areceive(self._within_retriever(read, reader))
         self._warn_async(reader)
         return self._render(nodes, scar.placed())
 
@@ -400,7 +400,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             f"metadata['scar_embedded']). To read stored vectors instead, {fix}."
         )
 
-    def _found(self, nodes: list[BaseNode], reader: StoreReader) -> list[Found]:
+    def _within_retriever(self, nodes: list[BaseNode], reader: StoreReader) -> list[Found]:
         """The nodes read, less those outside the retriever's node_ids and doc_ids."""
         vectors = reader.vectors(nodes)
         return [
