@@ -9,16 +9,14 @@ whole corpus), condition and budget B in {3, 5, 7, 10, 12, 15}, runs
   (``scar_core.eval.methods.prev_next``);
 * ``rse``: dsRAG's relevant segment extraction, ``balanced`` preset, over the B hits (``rseB``;
   only when dsRAG is installed);
-* ``budget``: the shipped default, ``budgetB`` (``SCARRetriever(k=B)``);
-* the candidate rules of :func:`rules` (``loc0.5``: alpha = 0.5 x the query's mean boundary
-  penalty; ``rankM``: alpha = M x the query's mean relevance drop per rank; ``rank20c``: the
-  smaller of the two), the recommended one (``PROPOSED``, ``rank20``) also as ``proposed``;
-
-The recommended rule changes one thing in the shipped segment auction: the continuity bonus is no
-longer 0.25 cosine units but ``alpha = 20 * (s_max - s_min) / (B - 1)`` over the cosines of the
-query's B retrieved chunks (:func:`continuity_bonus`): a linked pair of chosen chunks is worth 20
-places down this query's own hit list. Everything else (exactly B chunks, keep 2, window 2,
-lambda 0.1, every passage holds a hit, exact DP) is the shipped auction.
+* ``budget``: the shipped default, ``budgetB`` (``SCARRetriever(k=B)``): the segment auction
+  with each query's own continuity bonus, ``alpha = min(20 * (s_max - s_min) / (B - 1),
+  0.5 * mean b)`` over the cosines ``s`` of its B retrieved chunks and the boundary penalties
+  ``b`` of the linked pairs it read (``scar_core.scoring.query_continuity_bonus``; the rule
+  ``ship`` below is the same auction, query for query);
+* ``fixed0.25``: the same auction with the fixed bonus 0.25 (the default before the per-query
+  one), and the other rules of :func:`rules` (``rank20``: the per-query bonus without its cap;
+  ``loc0.5``, ``rank10``... in older result files).
 
 and prints, for each model, the goals of issue 36 with their gaps, then the tables::
 
@@ -426,7 +424,7 @@ def auction(view: Query, budget: int, rule: Rule) -> list[int]:
 
 
 def shipped(alpha: float = 0.25, keep: int = 2, lambda_: float = LAMBDA) -> Rule:
-    """The current default: bid cos(q, x); a linked pair adds alpha - lambda * b."""
+    """The former default, a fixed bonus: bid cos(q, x); a linked pair adds alpha - lambda * b."""
 
     def rule(view: Query, budget: int):
         value = dict(view.relevance)
@@ -556,20 +554,12 @@ BASELINES = ("top", "prevnext", "rse", "budget")
 
 
 def rules() -> dict[str, Rule]:
-    """The rules measured besides the baselines (the shipped auction is ``ship``).
-
-    ``SENSITIVITY`` adds the neighbours of the proposal's constant (base condition only).
-    """
+    """The rules measured besides the baselines (the shipped auction is ``ship``)."""
     return {
-        "ship": shipped(),
-        "loc0.5": local_bonus(0.5),
+        "ship": rank_bonus(20, cap=0.5),
+        "fixed0.25": shipped(0.25),
         "rank20": rank_bonus(20),
-        "rank20c": rank_bonus(20, cap=0.5),
     }
-
-
-#: Neighbours of the proposal's constant, measured in the base condition (show with --extra).
-SENSITIVITY = ("rank10", "rank15", "rank30", "rank40")
 
 
 def measure_one(data: Prepared, budgets: Sequence[int], rule_set: Mapping[str, Rule],
@@ -670,25 +660,11 @@ def strip(sets: Mapping) -> dict:
     return {s: {b: v for b, v in d.items() if not b.startswith("_")} for s, d in sets.items()}
 
 
-#: The recommended rule's name among ``rules()``.
-PROPOSED = "rank20"
-SHOWN = ("top", "prevnext", "rse", "budget", "proposed")
-
-
-def rename(table: dict, proposed: str = PROPOSED) -> dict:
-    """Copy ``proposed``'s results under the name ``proposed`` everywhere in a loaded grid."""
-    for conds in table.values():
-        for scopes in conds.values():
-            for sets in scopes.values():
-                for cells in sets.values():
-                    for b, cell in cells.items():
-                        if not b.startswith("_") and proposed in cell:
-                            cell["proposed"] = cell[proposed]
-    return table
+SHOWN = ("top", "prevnext", "rse", "budget", "fixed0.25")
 
 
 def print_report(table: dict, extra: Sequence[str] = ()) -> None:
-    """Goals with their gaps for the current default and the proposal, then the tables."""
+    """Goals with their gaps for the default and the former fixed bonus, then the tables."""
     print("# Goals (points; never_worse >= -0.5, fragmented_gain >= +2, monotone >= 0)\n")
     print(
         "| model | condition | method | never worse (worst) | where | fragmented gain (worst)"
@@ -698,7 +674,7 @@ def print_report(table: dict, extra: Sequence[str] = ()) -> None:
     for model, conds in table.items():
         for cond, scopes in conds.items():
             tab = {sc: strip(sets) for sc, sets in scopes.items()}
-            for method in ("budget", "proposed", *extra):
+            for method in ("budget", "fixed0.25", *extra):
                 try:
                     g = goals(tab, method)
                 except KeyError:
@@ -773,7 +749,7 @@ def main() -> None:
                     f.write_text(json.dumps(result))
                     print(f"{model} {cond} {scope} {name}: "
                           f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
-    table = rename(load_grid(args.work))
+    table = load_grid(args.work)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(table, indent=1) + "\n")

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from scar_core.errors import DataFormatError
 from scar_core.eval.data import Benchmark, read_legalbench
 from scar_core.eval.runner import EvalConfig, EvalResults, run_evaluation
-from scar_core.settings import DEFAULT_CONTINUITY_BONUS, DEFAULT_LAMBDA, BudgetSettings
+from scar_core.scoring import CONTINUITY_CAP, CONTINUITY_RANKS
+from scar_core.settings import DEFAULT_LAMBDA, BudgetSettings
 
 if TYPE_CHECKING:
     from scar_core.cache import EmbeddingCache
@@ -146,9 +147,10 @@ def format_demo(results: EvalResults, *, verbose: bool = False) -> str:
         f"in 2+ chunks). Model {prepared.model_name}; retrieval within the question's document.\n"
         f"default = SCARRetriever(k={k}), the shipped budget mode: {k} chunks; the "
         f"{BudgetSettings(k=k).kept} best hits are kept, and the {k} chunks with the highest total "
-        f"bid win: a hit bids cos(q, x), a neighbour joined to a chosen chunk bids S + "
-        f"{DEFAULT_CONTINUITY_BONUS:g}, S = cos(q, n) - {DEFAULT_LAMBDA:g} b, a run of neighbours "
-        f"as a whole. static ±1 and scar1 (the paper's rule, γ 0.8) add chunks to the same {k} "
+        f"bid win: a hit bids cos(q, x), a neighbour joined to a chosen chunk bids S + α, "
+        f"S = cos(q, n) - {DEFAULT_LAMBDA:g} b, a run of neighbours as a whole; α is the "
+        f"question's own: {CONTINUITY_RANKS:g} places down its hit list, at most "
+        f"{CONTINUITY_CAP:g} × its mean boundary penalty. static ±1 and scar1 (the paper's rule, γ 0.8) add chunks to the same {k} "
         "hits."
     )
     lines = [wrapped for part in intro.split("\n") for wrapped in [*textwrap.wrap(part, 100), ""]]

@@ -5,24 +5,42 @@ For a query ``q``, a retrieved chunk ``c`` and an adjacent chunk ``n``:
 * boundary penalty ``b = 1 - cos(e_c, e_n)``
 * expansion score ``S = cos(e_q, e_n) - lambda_ * b``
 * the paper's rule: include ``n`` when ``S > gamma * cos(e_q, e_c)``
+* budget mode's continuity bonus ``alpha`` of one query (:func:`query_continuity_bonus`)
 
 This module is the only place these are computed; both selection modes call it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
 from scar_core.errors import InvalidVectorError
 
-__all__ = ["boundary_penalty", "expansion_score", "paper_threshold", "unit_rows", "unit_vector"]
+__all__ = [
+    "CONTINUITY_CAP",
+    "CONTINUITY_RANKS",
+    "boundary_penalty",
+    "expansion_score",
+    "paper_threshold",
+    "query_continuity_bonus",
+    "unit_rows",
+    "unit_vector",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
 #: Norms inside this range are squared and summed without overflow or loss of precision.
 SAFE_NORM_LOW = 1e-100
 SAFE_NORM_HIGH = 1e100
+
+#: Budget mode: a linked pair of chosen chunks is worth this many places down the query's own list
+#: of retrieved chunks ...
+CONTINUITY_RANKS = 20.0
+#: ... and at most this many times the mean boundary penalty of the linked pairs the query read.
+CONTINUITY_CAP = 0.5
 
 
 def boundary_penalty(boundary_cosine: float) -> float:
@@ -44,6 +62,38 @@ def expansion_score(relevance: float, boundary_cosine: float, lambda_: float) ->
 def paper_threshold(seed_relevance: float, gamma: float) -> float:
     """Return the paper's bar ``gamma * cos(e_q, e_c)`` that ``S`` must exceed."""
     return gamma * seed_relevance
+
+
+def query_continuity_bonus(
+    hit_relevance: Sequence[float],
+    boundary_penalties: Sequence[float],
+    ranks: float = CONTINUITY_RANKS,
+    cap: float = CONTINUITY_CAP,
+) -> float:
+    """Return one query's continuity bonus ``alpha``, in that query's own units.
+
+    ``alpha = min(ranks * (max - min) / (k - 1), cap * mean(b))``, where ``max - min`` spans the
+    cosines of the ``k`` retrieved chunks and ``b`` are the boundary penalties of the linked pairs
+    the query read. The first term prices continuity in places down this query's own hit list (one
+    place costs ``(max - min) / (k - 1)``); the second keeps it below a typical boundary, so that a
+    flat hit list cannot make every neighbour a bargain. Adding a constant to every cosine leaves
+    the first term unchanged, and scaling every ``1 - cos`` scales both terms alike, so the bonus
+    carries over between embedding models without calibration.
+
+    Args:
+        hit_relevance: ``cos(q, c)`` of each retrieved chunk, in any order.
+        boundary_penalties: ``1 - cos`` across each linked pair of candidates.
+        ranks: Places down the hit list that one linked pair is worth.
+        cap: The most ``alpha`` can be, as a multiple of the mean boundary penalty.
+
+    Returns:
+        ``alpha`` (0 with fewer than two retrieved chunks or no linked pair).
+    """
+    if len(hit_relevance) < 2 or not len(boundary_penalties):
+        return 0.0
+    per_place = (max(hit_relevance) - min(hit_relevance)) / (len(hit_relevance) - 1)
+    typical_boundary = float(np.mean(boundary_penalties))
+    return max(0.0, min(ranks * per_place, cap * typical_boundary))
 
 
 def unit_rows(matrix: npt.ArrayLike) -> tuple[FloatArray, npt.NDArray[np.bool_]]:

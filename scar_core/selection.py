@@ -19,7 +19,8 @@ the chunks within ``window`` steps of them:
 * among such sets, the one with the highest total bid wins, where every chosen chunk bids its
   relevance ``cos(q, x)`` and every linked pair of chosen chunks adds ``alpha - lambda_ * b``.
 
-So a neighbour joined to a chosen chunk bids ``S + alpha`` (``alpha`` is the continuity bonus),
+So a neighbour joined to a chosen chunk bids ``S + alpha`` (``alpha`` is the continuity bonus:
+by default each query's own, :func:`scar_core.scoring.query_continuity_bonus`),
 and a run of two or three neighbours bids as a whole against the further hits it would displace.
 The best set is found exactly, by one dynamic programme over the chains of linked candidates laid
 end to end, vectorised over the weight taken (1 a chunk, or its tokens).
@@ -68,6 +69,7 @@ from scar_core.scoring import (
     boundary_penalty,
     expansion_score,
     paper_threshold,
+    query_continuity_bonus,
     unit_rows,
     unit_vector,
 )
@@ -383,9 +385,12 @@ def budget_select(
     value = {c: bids[rank_of[c]] if c in rank_of else scored.relevance[c] for c in candidates}
     chains = _chains(candidates, chunks, scored)
     linked = {edge: scored.boundary_cosine(*edge) for c in chains for edge in itertools.pairwise(c)}
+    alpha = settings.continuity_bonus
+    if alpha is None:
+        scored_hits = [scored.relevance[c] for c in ranked if c in scored.relevance]
+        alpha = query_continuity_bonus(scored_hits, [boundary_penalty(c) for c in linked.values()])
     pair = {
-        edge: settings.continuity_bonus - settings.lambda_ * boundary_penalty(cosine)
-        for edge, cosine in linked.items()
+        edge: alpha - settings.lambda_ * boundary_penalty(cosine) for edge, cosine in linked.items()
     }
     kept = ranked[: settings.kept]
     weight = dict.fromkeys(candidates, 1)

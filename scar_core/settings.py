@@ -17,7 +17,6 @@ from typing import Any, Literal
 from scar_core.errors import InvalidSettingsError
 
 __all__ = [
-    "DEFAULT_CONTINUITY_BONUS",
     "DEFAULT_GAMMA",
     "DEFAULT_K",
     "DEFAULT_LAMBDA",
@@ -38,9 +37,6 @@ DEFAULT_K = 4
 DEFAULT_LAMBDA = 0.1
 #: The paper's relative threshold.
 DEFAULT_GAMMA = 0.8
-#: Continuity bonus (cosine units) for all-MiniLM-L6-v2, chosen on the dev sets with
-#: ``benchmarks/budget_sweep.py``.
-DEFAULT_CONTINUITY_BONUS = 0.25
 #: How far a passage may grow from its retrieved chunk in budget mode; each step is one read.
 DEFAULT_BUDGET_WINDOW = 2
 
@@ -98,7 +94,10 @@ class BudgetSettings:
             :func:`default_keep` of ``k``.
         continuity_bonus: ``alpha``, added for every linked pair of chosen chunks, so that a
             neighbour bids its expansion score ``S`` plus ``alpha`` against further retrieved
-            chunks. With 0 (and ``lambda_=0``) budget mode is plain top-k.
+            chunks. ``None`` (the default) works it out for each query from what the query read
+            (:func:`scar_core.scoring.query_continuity_bonus`), so no model needs calibrating; a
+            number fixes it in cosine units. With 0 (and ``lambda_=0``) budget mode is plain
+            top-k.
         lambda_: Weight of the boundary penalty.
         window: How many steps a passage may grow from its retrieved chunk.
         direction: ``"both"``, ``"previous"`` or ``"next"``.
@@ -108,7 +107,7 @@ class BudgetSettings:
 
     k: int = DEFAULT_K
     keep: int | None = None
-    continuity_bonus: float = DEFAULT_CONTINUITY_BONUS
+    continuity_bonus: float | None = None
     lambda_: float = DEFAULT_LAMBDA
     window: int = DEFAULT_BUDGET_WINDOW
     direction: Direction = "both"
@@ -123,7 +122,8 @@ class BudgetSettings:
                     f"keep={self.keep} is larger than k={self.k}; at most k chunks are returned, "
                     "so lower keep or raise k."
                 )
-        _check_real("continuity_bonus", self.continuity_bonus, 0.0)
+        if self.continuity_bonus is not None:
+            _check_real("continuity_bonus", self.continuity_bonus, 0.0)
         _check_real("lambda_", self.lambda_, 0.0)
         _check_int("window", self.window, 1)
         _check_direction(self.direction)
@@ -184,7 +184,8 @@ class ScarSettings:
             (e.g. ``k=20`` for ``max_tokens=2000``).
         lambda_: Weight of the boundary penalty, both modes.
         keep: Budget mode: the best retrieved chunks always kept (default: 2, at most ``k``).
-        continuity_bonus: Budget mode: ``alpha``, the bonus of a continuing neighbour.
+        continuity_bonus: Budget mode: ``alpha``, the bonus of a continuing neighbour; ``None``:
+            worked out for each query from what it read (no calibration needed).
         max_tokens: Budget mode: a budget in tokens instead of chunks. The chunks returned are
             the set with the highest total bid whose tokens fit ``max_tokens`` (the best
             ``keep`` hits are kept as far as they fit, in rank order; the best hit is kept

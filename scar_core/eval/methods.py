@@ -56,7 +56,6 @@ from scar_core.eval.embedding import token_counter
 from scar_core.selection import Chunk, Selection, fill_in_order, select
 from scar_core.settings import (
     DEFAULT_BUDGET_WINDOW,
-    DEFAULT_CONTINUITY_BONUS,
     DEFAULT_GAMMA,
     DEFAULT_LAMBDA,
     BudgetSettings,
@@ -351,7 +350,7 @@ def _budget(match: re.Match[str], k: int) -> Method:
     return scar(
         BudgetSettings(
             k=int(match[1]),
-            continuity_bonus=float(match[2]) if match[2] else DEFAULT_CONTINUITY_BONUS,
+            continuity_bonus=float(match[2]) if match[2] else None,
             keep=int(match[3]) if match[3] else None,
             window=int(match[4]) if match[4] else DEFAULT_BUDGET_WINDOW,
             lambda_=float(match[5]) if match[5] else DEFAULT_LAMBDA,

@@ -210,7 +210,7 @@ def test_links_like_link_chunks_writes_only_links_and_a_re_run_writes_nothing(
     assert link_store(store).changed == 0
     assert watch.written() == []
     assert held(kind, store) == after
-    docs = SCARRetriever(vectorstore=store, k=8).invoke("query 0")
+    docs = SCARRetriever(vectorstore=store, k=8, continuity_bonus=0.5).invoke("query 0")
     assert any(d.metadata["scar_origin"] == "neighbor" for d in docs)
 
 
@@ -371,7 +371,7 @@ def test_refuses_a_store_it_cannot_list(corpus: Corpus) -> None:
 def test_qdrant_integer_ids(corpus: Corpus) -> None:
     store, _ = build("qdrant", corpus, corpus.split, ids=list(range(1, len(corpus.split) + 1)))
     assert link_store(store).linked == 48
-    docs = SCARRetriever(vectorstore=store, k=8).invoke("query 0")
+    docs = SCARRetriever(vectorstore=store, k=8, continuity_bonus=0.5).invoke("query 0")
     assert any(d.metadata["scar_origin"] == "neighbor" for d in docs)
     assert all(d.id and d.id.isdigit() for d in docs)
 

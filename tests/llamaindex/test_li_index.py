@@ -99,7 +99,8 @@ def test_vectors_come_from_the_simple_vector_store_with_two_reads_at_most() -> N
         hits = retrieve(index, query, 4)
         assert all(h.node.embedding is None for h in hits)  # the docstore holds no vectors
         texts, docstore.reads = embed_model.texts_embedded, 0
-        output = SCARNodePostprocessor.from_index(index).postprocess_nodes(hits, QueryBundle(query))
+        scar = SCARNodePostprocessor.from_index(index, continuity_bonus=0.5)  # a neighbour is taken
+        output = scar.postprocess_nodes(hits, QueryBundle(query))
         assert embed_model.texts_embedded == texts
         assert docstore.reads <= 2
         assert {n.node.metadata["scar_embedded"] for n in output} == {0}
