@@ -61,7 +61,7 @@ def budget_sweep(
     from scar_core.eval.runner import run_methods
 
     flat = {name: method for row in methods.values() for name, method in row.values()}
-    runs = run_methods(prepared, flat, 1, count_tokens=False)
+    runs = run_methods(prepared, flat, 1)
     curves = {t: {str(b): {g: summarize(runs[n][1].subset(prepared.group_mask(g))).as_dict()
                            for g in _GROUPS} for b, (n, _) in row.items()}
               for t, row in methods.items()}  # fmt: skip
@@ -69,16 +69,28 @@ def budget_sweep(
 
 
 def render_budgets(section: Mapping[str, Any]) -> list[str]:
-    """Markdown tables of the sweep: recall per B and method, with mean chunks when not ``B``."""
+    """Markdown tables of the sweep, per B and method: chunk recall, character recall and tokens.
+
+    A cell reads ``recall / char recall / tokens``, with the mean chunks in brackets when they are
+    not ``B``; tokens are left out when they were not counted.
+    """
     curves = list(section["curves"])
-    lines = ["## Recall against the budget B", "", "![recall against B](budgets.png)"]
+    lines = ["## Recall against the budget B", "", "![recall against B](budgets.png)", "",
+             "Each cell: chunk recall / evidence-character recall / mean tokens of the context "
+             "(mean chunks in brackets when not B)."]  # fmt: skip
+
+    def cell(c: Mapping[str, Any], b: int) -> str:
+        text = f"{c['recall']:.3f} / {c['char_recall']:.3f}"
+        if c.get("tokens") is not None:
+            text += f" / {c['tokens']:.0f}"
+        return text + ("" if c["chunks"] == b else f" ({c['chunks']:.2f})")
+
     for group in _GROUPS:
         lines += ["", f"{group} queries:", "", f"| B | {' | '.join(curves)} |",
                   "|---:|" + "---:|" * len(curves)]  # fmt: skip
         for b in section["budgets"]:
-            cells = (section["curves"][t][str(b)][group] for t in curves)
-            lines.append(f"| {b} | " + " | ".join(f"{c['recall']:.3f}" + (
-                "" if c["chunks"] == b else f" ({c['chunks']:.2f})") for c in cells) + " |")  # fmt: skip
+            cells = (cell(section["curves"][t][str(b)][group], b) for t in curves)
+            lines.append(f"| {b} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 

@@ -105,6 +105,11 @@ def test_budget_sweep_writes_a_table_and_a_plot(tmp_path: Path) -> None:
     report = (out / "report.md").read_text()
     assert "## Recall against the budget B" in report
     assert "| B | topB | budgetB | prevnextB | budgetB_a0.5 |" in report
+    top4 = section["curves"]["topB"]["4"]["all"]
+    all_rows = report.split("all queries:")[1].splitlines()
+    row = next(line for line in all_rows if line.startswith("| 4 | "))
+    want = f"{top4['recall']:.3f} / {top4['char_recall']:.3f} / {top4['tokens']:.0f}"
+    assert row.split(" | ")[1] == want  # chunk recall, character recall and tokens side by side
     assert (out / "budgets.png").stat().st_size > 0
     assert build_parser().parse_args(["eval", "--budgets"]).budgets == BUDGETS
 
