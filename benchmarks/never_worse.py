@@ -434,41 +434,6 @@ def shipped(alpha: float = 0.25, keep: int = 2, lambda_: float = LAMBDA) -> Rule
     return rule
 
 
-def inherit_rule(kappa: float = 1.0, keep: int = 2, mode: str = "ratio", unit: str = "spread",
-                 bonus: float = 0.0) -> Rule:  # fmt: skip
-    """Neighbours bid max(own relevance, inherited relevance); see the report in __main__."""
-
-    def rule(view: Query, budget: int):
-        s = view.scores
-        spread = max(float(s[0] - s[-1]), 1e-6)
-        bbar = float(np.mean([1 - c for c in view.edges.values()])) if view.edges else 1.0
-        value: dict[int, float] = {}
-        for x in view.candidates:
-            own = view.relevance[x]
-            if x in view.seed:
-                h, rank, d = view.seed[x]
-                # continuity from the seed along the chain
-                lo, hi = min(h, x), max(h, x)
-                cont = [view.edges[(r, r + 1)] for r in range(lo, hi)]
-                b = sum(1 - c for c in cont)  # path penalty
-                if mode == "ratio":  # rel(seed) * prod cos
-                    inh = s[rank] * float(np.prod(cont))
-                elif mode == "relb":  # seed minus kappa*b/bbar spreads
-                    inh = s[rank] - kappa * spread * (b / bbar)
-                elif mode == "gapd":  # seed minus kappa spreads per step
-                    inh = s[rank] - kappa * spread * d
-                else:
-                    inh = -np.inf
-                value[x] = max(own, inh)
-            else:
-                value[x] = own
-        unit_ = spread if unit == "spread" else 1.0
-        pair = {e: bonus * unit_ - LAMBDA * (1 - c) for e, c in view.edges.items()}
-        return value, pair, min(budget, keep)
-
-    return rule
-
-
 # --------------------------------------------------------------------------- runs
 
 
@@ -718,7 +683,8 @@ def main() -> None:
                              "(kept, so an interrupted run resumes)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="write the table of means here (JSON)")
     parser.add_argument("--load", type=Path, help="reprint a saved --out file")
-    parser.add_argument("--extra", default="", help="other rules of rules() to show")
+    parser.add_argument("--extra", default="", help="other measured rules to show, e.g. def1")
+    parser.add_argument("--rules", default="", help="CANDIDATES to measure too, e.g. def1,vr5s")
     parser.add_argument(
         "--collect",
         action="store_true",
@@ -739,11 +705,12 @@ def main() -> None:
                 for name in args.sets.split(","):
                     f = args.work / f"{model}__{cond}__{scope}__{name}.json"
                     known = json.loads(f.read_text()) if f.exists() else None
-                    if known and all(r in known["3"] for r in rules() if r != "ship"):
+                    todo = rules() | {r: CANDIDATES[r]() for r in args.rules.split(",") if r}
+                    if known and all(r in known["3"] for r in todo if r != "ship"):
                         continue
                     started = time.perf_counter()
                     data = load_set(args.bench, name, model, scope, cond, cache)
-                    result = measure_one(data, BUDGETS, rules(), known=known)
+                    result = measure_one(data, BUDGETS, todo, known=known)
                     result["_fragmented"] = data.fragmented.tolist()
                     result["_top5"] = top_recall(data, data.queries)
                     f.write_text(json.dumps(result))
@@ -788,6 +755,100 @@ def rank_bonus(ranks: float = CONTINUITY_RANKS, keep: int = 2, cap: float | None
         return dict(view.relevance), pair, min(budget, keep)
 
     return rule
+
+
+# --------------------------------------------------------------------------- other candidates
+# Measured and not adopted; their figures are in results/never_worse.json under these names.
+
+
+def _score_at(scores: np.ndarray) -> Callable[[float], float]:
+    """The hits' cosines as a function of a fractional rank (1 = best), extended linearly below."""
+    s = np.sort(np.asarray(scores, dtype=float))[::-1]
+    step = (s[0] - s[-1]) / (len(s) - 1) if len(s) > 1 else 0.0
+
+    def at(rank: float) -> float:
+        if len(s) == 1:
+            return float(s[0]) if rank <= 1 else -math.inf
+        if rank <= len(s):
+            low = math.floor(rank) - 1
+            part = rank - 1 - low
+            high = min(low + 1, len(s) - 1)
+            return float(s[low] * (1 - part) + s[high] * part)
+        return float(s[-1] - step * (rank - len(s)))
+
+    return at
+
+
+def inherited_rank(factor: float = 5.0, bonus: str = "fixed") -> Rule:
+    """A neighbour ``d`` steps from the hit of rank ``r`` bids at least the cosine of rank
+    ``r * factor ** d`` in the query's hit list; pairs add the fixed (0.25) or per-query bonus.
+    (``vr5s``, ``vr3s``: fixed; ``vr5r``, ``vr3r``: the uncapped per-query one.)"""
+
+    def rule(view: Query, budget: int):
+        at = _score_at(view.scores)
+        value = {}
+        for x in view.candidates:
+            best = view.relevance[x]
+            for rank, h in enumerate(view.hits):
+                low, high = min(h, x), max(h, x)
+                if (
+                    h != x
+                    and high - low <= WINDOW
+                    and all((j, j + 1) in view.edges for j in range(low, high))
+                ):
+                    best = max(best, at((rank + 1) * factor ** (high - low)))
+            value[x] = best
+        alpha = 0.25 if bonus == "fixed" else continuity_bonus(view.scores.tolist())
+        pair = {e: alpha - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        return value, pair, min(budget, 2)
+
+    return rule
+
+
+def gap_keep(spread_share: float = 0.5, alpha: float | None = None) -> Rule:
+    """Keep every hit within ``spread_share`` of the hits' spread from the best (at least 2);
+    pairs add the per-query bonus (``g50r20c``, ``g25r20c``) or a fixed one (``g50ship``)."""
+
+    def rule(view: Query, budget: int):
+        s = view.scores
+        keep = max(2, int(np.sum(s >= s[0] - spread_share * (s[0] - s[-1]))))
+        a = alpha
+        if a is None:
+            a = min(continuity_bonus(s.tolist()), 0.5 * unit_of(view, "bbar"))
+        pair = {e: a - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        return dict(view.relevance), pair, min(budget, keep)
+
+    return rule
+
+
+def deficit_capped(with_boundary_cap: bool = True) -> Rule:
+    """The default's bonus, also at most the mean relevance a one-step neighbour loses against
+    its hit (``def1``; without the boundary cap, ``def1nc``)."""
+
+    def rule(view: Query, budget: int):
+        a = continuity_bonus(view.scores.tolist())
+        if with_boundary_cap:
+            a = min(a, 0.5 * unit_of(view, "bbar"))
+        a = min(a, max(unit_of(view, "deficit"), 0.0))
+        pair = {e: a - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        return dict(view.relevance), pair, min(budget, 2)
+
+    return rule
+
+
+#: The candidates above by the names their results carry (measure them with ``--rules``).
+CANDIDATES: dict[str, Callable[[], Rule]] = {
+    "vr5s": lambda: inherited_rank(5.0),
+    "vr3s": lambda: inherited_rank(3.0),
+    "vr5r": lambda: inherited_rank(5.0, "rank"),
+    "vr3r": lambda: inherited_rank(3.0, "rank"),
+    "rank10c": lambda: rank_bonus(10, cap=0.5),
+    "g50r20c": lambda: gap_keep(0.5),
+    "g25r20c": lambda: gap_keep(0.25),
+    "g50ship": lambda: gap_keep(0.5, alpha=0.25),
+    "def1": lambda: deficit_capped(),
+    "def1nc": lambda: deficit_capped(with_boundary_cap=False),
+}
 
 
 if __name__ == "__main__":
