@@ -836,6 +836,20 @@ def deficit_capped(with_boundary_cap: bool = True) -> Rule:
     return rule
 
 
+def spread_bonus(share: float = 1.0) -> Rule:
+    """alpha = min(share * (s_max - s_min), 0.5 * mean b): the bonus as a share of the hits'
+    whole spread rather than of one place (``spread1c``; ``spread1.43c`` equals the default at
+    B = 15)."""
+
+    def rule(view: Query, budget: int):
+        s = view.scores
+        a = min(share * float(s.max() - s.min()), 0.5 * unit_of(view, "bbar"))
+        pair = {e: a - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        return dict(view.relevance), pair, min(budget, 2)
+
+    return rule
+
+
 #: The candidates above by the names their results carry (measure them with ``--rules``).
 CANDIDATES: dict[str, Callable[[], Rule]] = {
     "vr5s": lambda: inherited_rank(5.0),
@@ -848,6 +862,8 @@ CANDIDATES: dict[str, Callable[[], Rule]] = {
     "g50ship": lambda: gap_keep(0.5, alpha=0.25),
     "def1": lambda: deficit_capped(),
     "def1nc": lambda: deficit_capped(with_boundary_cap=False),
+    "spread1c": lambda: spread_bonus(1.0),
+    "spread1.43c": lambda: spread_bonus(20 / 14),
 }
 
 

@@ -32,7 +32,8 @@ Methods (k is --k; B, W, S, N integers; G, L, A numbers):
   topk, topB         the k (or B) best chunks of the query's scope, e.g. top10
   budgetB            budget mode at B chunks: EXACTLY what SCARRetriever(vectorstore=vs, k=B)
                      returns, i.e. select(q, B best ids, chunks, BudgetSettings(k=B))
-  budgetB_aA_sS_wW_lL research variants: continuity bonus A (0.25), S kept hits (default_keep(B)),
+  budgetB_aA_sS_wW_lL research variants: a fixed continuity bonus A (default: each query's own),
+                     S kept hits (default_keep(B)),
                      window W (2), lambda L (0.1); each part optional, e.g. budget10_a0.3
   default            the shipped default at --k: budget mode, BudgetSettings(k=k)
   staticW            the k best chunks plus every chunk up to W steps away, e.g. static1

@@ -119,7 +119,10 @@ def _details(results: EvalResults, i: int, labels: dict[str, str]) -> list[str]:
         lines.append(
             f"    {label:<10} " + " ".join(f"{position[c]}{'*' * (c in gold)}" for c in ids)
         )
-    for d in results.runs["default"][0][i].decisions:
+    chosen = results.runs["default"][0][i]
+    if chosen.continuity_bonus is not None and chosen.decisions:
+        lines.append(f"      α {chosen.continuity_bonus:.3f} (this question's continuity bonus)")
+    for d in chosen.decisions:
         verdict = "taken" if d.accepted else "refused"
         lines.append(
             f"      bid {position[d.neighbor_id]:>2} next to {position[d.via_id]:>2}: "

@@ -177,12 +177,15 @@ class Selection:
             passage, chunks are in document order.
         decisions: Every neighbour decision, accepted or not.
         unscored: Chunks that were met but had no usable vector.
+        continuity_bonus: Budget mode: the ``alpha`` this query's linked pairs were given (its own
+            unless the settings fixed one); ``None`` in paper mode.
     """
 
     selected: tuple[Selected, ...]
     passages: tuple[tuple[str, ...], ...]
     decisions: tuple[Decision, ...] = ()
     unscored: tuple[str, ...] = field(default=())
+    continuity_bonus: float | None = None
 
     @property
     def chunk_ids(self) -> list[str]:
@@ -439,7 +442,8 @@ def budget_select(
         key=lambda s: (s.seed_rank, s.decision.distance if s.decision else 0, s.chunk_id),
     )
     chosen = tuple([selected[c] for c in taken] + neighbours)
-    return Selection(chosen, _passages(chosen, chunks), tuple(decisions), tuple(unscored))
+    passages = _passages(chosen, chunks)
+    return Selection(chosen, passages, tuple(decisions), tuple(unscored), alpha)
 
 
 def fill_in_order(counts: Iterable[int], limit: int) -> int:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scar_core import BudgetSettings, budget_select
+from scar_core import BudgetSettings, PaperSettings, budget_select, select
 from scar_core.scoring import CONTINUITY_CAP, CONTINUITY_RANKS, query_continuity_bonus
 from tests.core.test_selection import candidates_of, corpus, cos, naive_budget
 
@@ -79,3 +79,11 @@ def test_the_default_auction_uses_the_bonus_of_what_the_query_read(seed: int) ->
         assert not math.isclose(alpha, 0.0)
         want = naive_budget(query, ranked, chunks, k, keep, alpha, 0.1, window)
         assert set(got.chunk_ids) == want
+        assert got.continuity_bonus == pytest.approx(alpha)
+
+
+def test_a_fixed_bonus_is_used_as_given_and_paper_mode_has_none() -> None:
+    query, ranked, chunks = corpus(3, length=6)
+    fixed = budget_select(query, ranked, chunks, BudgetSettings(k=4, continuity_bonus=0.3))
+    assert fixed.continuity_bonus == 0.3
+    assert select(query, ranked, chunks, PaperSettings(k=2)).continuity_bonus is None
