@@ -217,7 +217,7 @@ def queries(draw):
         chosen = PaperSettings(k=k, window=window, gamma=draw(st.floats(0.05, 1.0)))
     else:
         keep = draw(st.integers(1, k))
-        bonus = draw(st.floats(0.0, 1.0))
+        bonus = draw(st.none() | st.floats(0.0, 1.0))  # None: each query's own
         chosen = BudgetSettings(k=k, keep=keep, continuity_bonus=bonus, window=window)
     return seed, chosen
 
@@ -343,8 +343,12 @@ def test_every_chosen_chunk_is_labelled_and_scored_by_what_it_is(seed: int) -> N
             assert decision.distance == steps
 
 
-@given(st.integers(0, 10_000), st.integers(1, 12), st.integers(1, 4), st.floats(0.0, 1.0))
-def test_budget_invariants_hold_on_random_graphs(seed: int, k: int, window: int, bonus: float):
+@given(
+    st.integers(0, 10_000), st.integers(1, 12), st.integers(1, 4), st.none() | st.floats(0.0, 1.0)
+)
+def test_budget_invariants_hold_on_random_graphs(
+    seed: int, k: int, window: int, bonus: float | None
+) -> None:
     query, ranked, chunks = corpus(seed)
     keep = 1 + seed % k
     settings = BudgetSettings(k=k, keep=keep, continuity_bonus=bonus, window=window)
