@@ -1,12 +1,14 @@
 """How many hits budget mode should always keep: recall of top-K against budget K over keep = 1..K.
 
-For every dev set, K and keep value s, runs ``top{K}`` and ``budget{K}_a{alpha}_s{s}`` (and, for
-the window check, ``..._w{W}``) through ``scar_core.eval`` and prints the tables that choose
-``scar_core.settings.default_keep``::
+For every dev set, K and keep value s, runs ``top{K}`` and ``budget{K}_s{s}`` (with ``--alpha A``,
+``budget{K}_a{A}_s{s}``; and, for the window check, ``..._w{W}``) through ``scar_core.eval`` and
+prints the tables that choose ``scar_core.settings.default_keep``::
 
     python benchmarks/keep_sweep.py --bench /work/shared/bench --cache-dir ~/.cache/scar-dev \
-        --out benchmarks/results/keep_sweep.json
-    python benchmarks/keep_sweep.py --load benchmarks/results/keep_sweep.json   # tables only
+        --out benchmarks/results/keep_sweep_per_query.json
+    python benchmarks/keep_sweep.py --load benchmarks/results/keep_sweep_per_query.json
+    # the sweep that chose keep 2, with the former fixed bonus:
+    python benchmarks/keep_sweep.py --load benchmarks/results/keep_sweep.json --alpha 0.25
 
 Setting: bundled all-MiniLM-L6-v2, 500-character chunks without overlap, retrieval within the
 query's document (the ``scar eval`` defaults).
@@ -87,7 +89,9 @@ def main() -> None:
     )
     parser.add_argument("--cache-dir", default=os.environ.get("SCAR_CACHE_DIR"))
     parser.add_argument("--ks", default="2,3,4,5,7,10,12,15")
-    parser.add_argument("--alpha", type=float, default=FIXED_BONUS)
+    parser.add_argument(
+        "--alpha", type=float, help=f"a fixed bonus, e.g. {FIXED_BONUS}; omitted: each query's own"
+    )
     parser.add_argument("--windows", default="2,9", help="windows compared at each K and keep")
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--out", type=Path, help="write the recalls here (JSON)")
@@ -105,10 +109,7 @@ def main() -> None:
         benchmark = load_benchmark(args.bench / benchmark_file, args.bench / corpus)
         prepared = prepare_benchmark(benchmark, embedder, cache=cache)
         names = [f"top{k}" for k in ks] + [
-            f"budget{k}_a{args.alpha:g}_s{s}_w{w}"
-            for k in ks
-            for s in range(1, k + 1)
-            for w in windows
+            budget_name(k, args.alpha, s, w) for k in ks for s in range(1, k + 1) for w in windows
         ]
         runs = run_methods(
             prepared,
@@ -131,14 +132,20 @@ def main() -> None:
     report(table, ks, args.alpha, windows)
 
 
+def budget_name(k: int, alpha: float | None, keep: int, window: int) -> str:
+    """The ``scar eval`` method: budget mode at ``k``, keeping ``keep``, a fixed or per-query bonus."""
+    bonus = "" if alpha is None else f"_a{alpha:g}"
+    return f"budget{k}{bonus}_s{keep}_w{window}"
+
+
 def recall(
-    table: dict, name: str, k: int, keep: int | None, group: str, alpha: float, window: int
+    table: dict, name: str, k: int, keep: int | None, group: str, alpha: float | None, window: int
 ) -> float:
-    key = f"top{k}" if keep is None else f"budget{k}_a{alpha:g}_s{keep}_w{window}"
+    key = f"top{k}" if keep is None else budget_name(k, alpha, keep, window)
     return table[name][key][group]
 
 
-def report(table: dict, ks: list[int], alpha: float, windows: list[int]) -> None:
+def report(table: dict, ks: list[int], alpha: float | None, windows: list[int]) -> None:
     w0 = windows[0]
     for name in table:
         n = table[name]["_n"]
