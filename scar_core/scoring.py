@@ -75,8 +75,8 @@ def query_continuity_bonus(
     ``alpha = min(ranks * (max - min) / (k - 1), cap * mean(b))``, where ``max - min`` spans the
     cosines of the ``k`` retrieved chunks and ``b`` are the boundary penalties of the linked pairs
     the query read. The first term prices continuity in places down this query's own hit list (one
-    place costs ``(max - min) / (k - 1)``); the second keeps it below a typical boundary, so that a
-    flat hit list cannot make every neighbour a bargain. Adding a constant to every cosine leaves
+    place costs ``(max - min) / (k - 1)``); the second keeps it below a typical boundary when a
+    short or steep hit list would price continuity above hits far better than a neighbour. Adding a constant to every cosine leaves
     the first term unchanged, and scaling every ``1 - cos`` scales both terms alike, so the bonus
     carries over between embedding models without calibration.
 
