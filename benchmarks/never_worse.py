@@ -66,6 +66,8 @@ os.environ.setdefault("SCAR_M2V_DIR", "/root/.cache/scar-dev/m2v-minilm")
 
 from keep_sweep import SETS, dev_embedder
 
+from scar_core.scoring import CONTINUITY_CAP, CONTINUITY_RANKS, query_continuity_bonus
+
 BUDGETS = (3, 5, 7, 10, 12, 15)
 SCOPES = ("document", "corpus")
 CONDITIONS = ("base", "noisy", "template", "hard", "compressed")
@@ -723,34 +725,19 @@ def main() -> None:
     print_report(table, extra)
 
 
-#: The proposal's one constant: what a linked pair of chosen chunks is worth, in places down the
-#: query's own hit list.
-CONTINUITY_RANKS = 20.0
-
-
-def continuity_bonus(hit_relevance: Sequence[float], ranks: float = CONTINUITY_RANKS) -> float:
-    """The continuity bonus of one query: ``ranks`` times its hits' mean drop in relevance per rank.
-
-    ``(max - min) / (k - 1)`` over the ``k`` hits' cosines is what one place down this query's own
-    hit list costs; the bonus is ``ranks`` such places. It is in the query's own units: adding a
-    constant to every relevance changes nothing, and scaling every cosine scales it alike. 0 with
-    fewer than two hits (nothing to compare).
-    """
-    if len(hit_relevance) < 2:
-        return 0.0
-    return ranks * (max(hit_relevance) - min(hit_relevance)) / (len(hit_relevance) - 1)
+def view_bonus(view: Query, ranks: float = CONTINUITY_RANKS, cap: float = CONTINUITY_CAP) -> float:
+    """``scar_core.scoring.query_continuity_bonus`` of what this query read (``cap=math.inf``:
+    the places term alone)."""
+    return query_continuity_bonus(view.scores.tolist(), [1 - c for c in view.edges.values()],
+                                  ranks, cap)  # fmt: skip
 
 
 def rank_bonus(ranks: float = CONTINUITY_RANKS, keep: int = 2, cap: float | None = None) -> Rule:
-    """The shipped auction with alpha = :func:`continuity_bonus` of the query's hits.
-
-    With ``cap``, alpha is at most ``cap`` times the query's mean boundary penalty.
-    """
+    """The shipped auction with alpha = :func:`view_bonus`: ``ranks`` places down the hit list,
+    and with ``cap`` at most ``cap`` times the query's mean boundary penalty."""
 
     def rule(view: Query, budget: int):
-        alpha = continuity_bonus(view.scores.tolist(), ranks)
-        if cap is not None:
-            alpha = min(alpha, cap * unit_of(view, "bbar"))
+        alpha = view_bonus(view, ranks, math.inf if cap is None else cap)
         pair = {e: alpha - LAMBDA * (1 - c) for e, c in view.edges.items()}
         return dict(view.relevance), pair, min(budget, keep)
 
@@ -798,7 +785,7 @@ def inherited_rank(factor: float = 5.0, bonus: str = "fixed") -> Rule:
                 ):
                     best = max(best, at((rank + 1) * factor ** (high - low)))
             value[x] = best
-        alpha = 0.25 if bonus == "fixed" else continuity_bonus(view.scores.tolist())
+        alpha = 0.25 if bonus == "fixed" else view_bonus(view, cap=math.inf)
         pair = {e: alpha - LAMBDA * (1 - c) for e, c in view.edges.items()}
         return value, pair, min(budget, 2)
 
@@ -814,7 +801,7 @@ def gap_keep(spread_share: float = 0.5, alpha: float | None = None) -> Rule:
         keep = max(2, int(np.sum(s >= s[0] - spread_share * (s[0] - s[-1]))))
         a = alpha
         if a is None:
-            a = min(continuity_bonus(s.tolist()), 0.5 * unit_of(view, "bbar"))
+            a = view_bonus(view)
         pair = {e: a - LAMBDA * (1 - c) for e, c in view.edges.items()}
         return dict(view.relevance), pair, min(budget, keep)
 
@@ -826,9 +813,7 @@ def deficit_capped(with_boundary_cap: bool = True) -> Rule:
     its hit (``def1``; without the boundary cap, ``def1nc``)."""
 
     def rule(view: Query, budget: int):
-        a = continuity_bonus(view.scores.tolist())
-        if with_boundary_cap:
-            a = min(a, 0.5 * unit_of(view, "bbar"))
+        a = view_bonus(view, cap=CONTINUITY_CAP if with_boundary_cap else math.inf)
         a = min(a, max(unit_of(view, "deficit"), 0.0))
         pair = {e: a - LAMBDA * (1 - c) for e, c in view.edges.items()}
         return dict(view.relevance), pair, min(budget, 2)
@@ -843,7 +828,7 @@ def spread_bonus(share: float = 1.0) -> Rule:
 
     def rule(view: Query, budget: int):
         s = view.scores
-        a = min(share * float(s.max() - s.min()), 0.5 * unit_of(view, "bbar"))
+        a = min(share * float(s.max() - s.min()), CONTINUITY_CAP * unit_of(view, "bbar"))
         pair = {e: a - LAMBDA * (1 - c) for e, c in view.edges.items()}
         return dict(view.relevance), pair, min(budget, 2)
 
