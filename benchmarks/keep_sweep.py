@@ -133,7 +133,7 @@ def main() -> None:
 
 
 def budget_name(k: int, alpha: float | None, keep: int, window: int) -> str:
-    """The ``scar eval`` method: budget mode at ``k``, keeping ``keep``, a fixed or per-query bonus."""
+    """The ``scar eval`` method: budget mode at ``k`` keeping ``keep``, fixed or per-query bonus."""
     bonus = "" if alpha is None else f"_a{alpha:g}"
     return f"budget{k}{bonus}_s{keep}_w{window}"
 

@@ -2,12 +2,12 @@
 
 Budget mode works out ``alpha`` for each query by default
 (:func:`scar_core.scoring.query_continuity_bonus`); this module is for a bonus fixed once per
-corpus instead. ``alpha`` is in the cosine units of the embedding model. Models differ in how alike they
-find two adjacent chunks (all-MiniLM-L6-v2: mean boundary penalty about 0.5 on the dev sets; a
-model2vec model distilled from it: about 0.3), and the best ``alpha`` follows: on the three dev
-sets, 0.5 times the corpus's mean boundary penalty is the best factor for the two models together
-(and gives 0.25, the former fixed default, back for MiniLM). So a sample of your own chunks, in document order, is
-all it takes::
+corpus instead. ``alpha`` is in the cosine units of the embedding model. Models differ in how
+alike they find two adjacent chunks (all-MiniLM-L6-v2: mean boundary penalty about 0.5 on the dev
+sets; a model2vec model distilled from it: about 0.3), and the best ``alpha`` follows: on the
+three dev sets, 0.5 times the corpus's mean boundary penalty is the best factor for the two models
+together (and gives 0.25, the former fixed default, back for MiniLM). So a sample of your own
+chunks, in document order, is all it takes::
 
     from scar_core import BudgetSettings, suggest_continuity_bonus
     alpha = suggest_continuity_bonus(embeddings.embed_documents(chunk_texts_in_order))

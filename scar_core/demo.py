@@ -153,8 +153,8 @@ def format_demo(results: EvalResults, *, verbose: bool = False) -> str:
         f"bid win: a hit bids cos(q, x), a neighbour joined to a chosen chunk bids S + α, "
         f"S = cos(q, n) - {DEFAULT_LAMBDA:g} b, a run of neighbours as a whole; α is the "
         f"question's own: {CONTINUITY_RANKS:g} places down its hit list, at most "
-        f"{CONTINUITY_CAP:g} × its mean boundary penalty. static ±1 and scar1 (the paper's rule, γ 0.8) add chunks to the same {k} "
-        "hits."
+        f"{CONTINUITY_CAP:g} × its mean boundary penalty. static ±1 and scar1 (the paper's rule, "
+        f"γ 0.8) add chunks to the same {k} hits."
     )
     lines = [wrapped for part in intro.split("\n") for wrapped in [*textwrap.wrap(part, 100), ""]]
     lines.append(f"Recall of gold chunks per question ([n] = chunks returned, when not {k}):")

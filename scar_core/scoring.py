@@ -76,9 +76,10 @@ def query_continuity_bonus(
     cosines of the ``k`` retrieved chunks and ``b`` are the boundary penalties of the linked pairs
     the query read. The first term prices continuity in places down this query's own hit list (one
     place costs ``(max - min) / (k - 1)``); the second keeps it below a typical boundary when a
-    short or steep hit list would price continuity above hits far better than a neighbour. Adding a constant to every cosine leaves
-    the first term unchanged, and scaling every ``1 - cos`` scales both terms alike, so the bonus
-    carries over between embedding models without calibration.
+    short or steep hit list would price continuity above hits far better than a neighbour. Adding
+    a constant to every cosine leaves the first term unchanged, and scaling every ``1 - cos``
+    scales both terms alike, so the bonus carries over between embedding models without
+    calibration.
 
     Args:
         hit_relevance: ``cos(q, c)`` of each retrieved chunk, in any order.
