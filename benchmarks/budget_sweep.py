@@ -1,22 +1,35 @@
-"""Recall against the budget B on the dev sets: top-B, the shipped default, dsRAG's RSE, LlamaIndex.
+"""Recall against the budget B on the dev sets, and issue 36's goals for each model and scope.
 
 For every dev set and B, runs ``topB``, ``budgetB`` (the shipped default, ``SCARRetriever(k=B)``),
 ``prevnextB`` (LlamaIndex's ``PrevNextNodePostprocessor(num_nodes=1, mode="both")`` over the
-``ceil(B/3)`` best, cut to B), dsRAG's RSE with its three presets and a grid of
-``irrelevant_chunk_penalty`` x ``decay_rate`` (other parameters from the ``balanced`` preset, as
-dsRAG fills them) over the B hits budget mode sees, and for reference RSE over dsRAG's own
-search depth of 200, and prints the tables and the gaps to the goals::
+``ceil(B/3)`` best, cut to B) and dsRAG's RSE (``balanced`` preset) over the B hits budget mode
+sees. With the bundled MiniLM in document scope it also runs RSE's other presets, a grid of
+``irrelevant_chunk_penalty`` x ``decay_rate`` and, for reference, RSE over dsRAG's own search depth
+of 200; with another model, budget mode at the fixed bonuses ``--alphas`` and at the one
+``suggest_continuity_bonus`` gives each corpus. Then it prints the tables and, for each model and
+scope (and over both scopes when both are loaded), the goals with their gaps:
+
+* never worse: all-query recall of ``budgetB`` minus the better of ``topB`` and ``prevnextB``, the
+  worst over sets and B (goal >= -0.5 points);
+* fragmented gain: for B >= 5, the mean over sets of fragmented recall minus the best of the
+  means of ``topB``, ``prevnextB`` and ``rseB`` (goal >= +2 points);
+* monotone: the smallest step of mean recall as B grows (goal >= 0).
+
+::
 
     python benchmarks/budget_sweep.py --cache-dir /root/.cache/scar-dev \
         --out benchmarks/results/budget_sweep_minilm.json
-    SCAR_M2V_DIR=/root/.cache/scar-dev/m2v-minilm python benchmarks/budget_sweep.py \
-        --model m2v --cache-dir /root/.cache/scar-dev --out benchmarks/results/budget_sweep_m2v.json
-    python benchmarks/budget_sweep.py --load benchmarks/results/budget_sweep_minilm.json
+    python benchmarks/budget_sweep.py --cache-dir /root/.cache/scar-dev --scope corpus \
+        --out benchmarks/results/budget_sweep_minilm_corpus.json
+    SCAR_M2V_DIR=/root/.cache/scar-dev/m2v-minilm python benchmarks/budget_sweep.py --model m2v \
+        --cache-dir /root/.cache/scar-dev --out benchmarks/results/budget_sweep_m2v.json
+    python benchmarks/budget_sweep.py --load benchmarks/results/budget_sweep_minilm.json \
+        --load benchmarks/results/budget_sweep_minilm_corpus.json
 
-With ``--model m2v`` (the model2vec model distilled by ``benchmarks/distill_model2vec.py``) only
-top-B and budget mode at several continuity bonuses run, the one ``suggest_continuity_bonus``
-gives on each corpus among them. Setting: 500-character chunks without
-overlap, retrieval within the query's document (the ``scar eval`` defaults).
+``--model``: omitted, the bundled MiniLM; ``m2v``, the model2vec model distilled by
+``benchmarks/distill_model2vec.py``; else a sentence-transformers folder or any ``scar eval
+--model`` spec. Setting: 500-character chunks without overlap (the ``scar eval`` defaults).
+``benchmarks/never_worse.py`` runs the same goals over every model, scope and stress condition.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 from keep_sweep import SETS, dev_embedder, document_vectors  # the dev sets, as in --bench
+from never_worse import goals
 
 from scar_core import suggest_continuity_bonus
 from scar_core.cache import EmbeddingCache
@@ -56,9 +70,14 @@ def rse_names(b: int, deep: bool = False) -> list[str]:
     return [f"rse{b}_{preset}" for preset in PRESETS] + grid
 
 
-def names_for(b: int, model: str | None, alphas: list[float]) -> list[str]:
+def names_for(b: int, model: str | None, alphas: list[float], scope: str) -> list[str]:
+    """What runs at budget ``b``: the methods of issue 36's goals for every model and scope; the
+    RSE grid with MiniLM in document scope; fixed bonuses with another model."""
+    goal_methods = [f"top{b}", f"budget{b}", f"prevnext{b}", f"rse{b}_balanced"]
     if model:
-        return [f"top{b}", f"budget{b}", *(f"budget{b}_a{a:g}" for a in alphas)]
+        return [*goal_methods, *(f"budget{b}_a{a:g}" for a in alphas)]
+    if scope == "corpus":
+        return goal_methods
     return [f"top{b}", f"budget{b}", f"prevnext{b}", *rse_names(b), *rse_names(b, deep=True)]
 
 
@@ -82,14 +101,17 @@ def measure(args: argparse.Namespace) -> dict:
         started = time.perf_counter()
         benchmark_file, corpus = SETS[name]
         benchmark = load_benchmark(args.bench / benchmark_file, args.bench / corpus)
-        prepared = prepare_benchmark(benchmark, embedder, cache=cache, show_progress=False)
+        prepared = prepare_benchmark(
+            benchmark, embedder, scope=args.scope, cache=cache, show_progress=False
+        )
         masks = {g: prepared.group_mask(g) for g in GROUPS}
         suggested = suggest_continuity_bonus(document_vectors(prepared))
         table.setdefault(name, {})["_n"] = {g: int(m.sum()) for g, m in masks.items()}
+        table[name]["_model"], table[name]["_scope"] = args.model or "minilm", args.scope
         table[name]["_suggested"] = suggested
-        alphas = [float(a) for a in args.alphas.split(",")] + [suggested]
+        alphas = [float(a) for a in args.alphas.split(",") if a] + [suggested]
         for b in budgets:
-            for method in names_for(b, args.model, alphas):
+            for method in names_for(b, args.model, alphas, args.scope):
                 if args.only and not re.fullmatch(args.only, method):
                     continue
                 counted.clear()
@@ -122,89 +144,84 @@ def best_rse(table: dict, name: str, budgets: list[int], deep: bool = False) -> 
     )
 
 
+def describe(table: dict) -> tuple[str, str]:
+    """The model and scope a table was measured with (files from before they were recorded:
+    document scope, MiniLM when they hold the RSE grid, else model2vec)."""
+    first = table[next(iter(table))]
+    model = first.get("_model") or ("minilm" if "rse3_precision" in first else "m2v")
+    return model, first.get("_scope", "document")
+
+
+def goal_table(tables: list[dict], budgets: list[int]) -> dict:
+    """``scope -> set -> B -> method -> group -> recall``, what ``never_worse.goals`` reads."""
+    out: dict = {}
+    for table in tables:
+        _, scope = describe(table)
+        for name, entry in table.items():
+            out.setdefault(scope, {})[name] = {
+                str(b): {
+                    short: {g: entry[f"{short}{b}{suffix}"][g]["recall"] for g in GROUPS}
+                    for short, suffix in (("top", ""), ("budget", ""), ("prevnext", ""),
+                                          ("rse", "_balanced"))
+                    if f"{short}{b}{suffix}" in entry
+                }
+                for b in budgets
+            }  # fmt: skip
+    return out
+
+
+def print_goals(tables: list[dict], budgets: list[int]) -> None:
+    """Issue 36's goals for the default, with their gaps: for each scope, then over all of them."""
+    model = describe(tables[0])[0]
+    table = goal_table(tables, budgets)
+    scopes = [[scope] for scope in table] + ([list(table)] if len(table) > 1 else [])
+    print(
+        f"\n## goals, {model} (points: never worse >= -0.5, fragmented gain >= +2, monotone >= 0)"
+    )
+    for chosen in scopes:
+        part = {scope: table[scope] for scope in chosen}
+        try:
+            gaps = goals(part, "budget", budgets)
+        except KeyError as missing:
+            print(f"{' + '.join(chosen)}: {missing} not measured; run again to measure it")
+            continue
+        verdicts = [
+            f"{goal.replace('_', ' ')} {gaps[goal]:+.1f} ({gaps.get(f'{goal}_at', '')}) "
+            + ("met" if gaps[goal] >= bar else f"MISSED by {bar - gaps[goal]:.1f}")
+            for goal, bar in (("never_worse", -0.5), ("fragmented_gain", 2.0), ("monotone", 0.0))
+        ]
+        print(f"{' + '.join(chosen)}: " + "; ".join(verdicts))
+
+
 def report(table: dict, budgets: list[int]) -> None:
+    """The recall tables of one model and scope, then the README and docs tables (MiniLM grid)."""
     sets = list(table)
-    minilm = any(k.startswith("rse") for k in table[sets[0]])
-    gaps: list[str] = []
+    grid = any(k.startswith("rse3_p") for k in table[sets[0]])
     for name in sets:
         n = table[name]["_n"]
         print(f"\n## {name} (fragmented {n['fragmented']}, all {n['all']})")
-        if minilm:
+        alphas = sorted({m[1] for k in table[name] if (m := re.fullmatch(r"budget\d+_a(.+)", k))},
+                        key=float)  # fmt: skip
+        cols = ["top", "budget", "Δ", "prevnext", "rse_balanced", *(f"a{a}" for a in alphas)]
+        if grid:
             best, deep = best_rse(table, name, budgets), best_rse(table, name, budgets, True)
             print(f"best RSE over the B hits: rseB{best}; over 200: rseB{deep}")
-            cols = ["top", "budget", "Δ", f"rse{best}", *(f"rse_{p}" for p in PRESETS),
-                    f"rse{deep}", "prevnext"]  # fmt: skip
-        else:
-            alphas = sorted({k.split("_a")[1] for k in table[name] if "_a" in k}, key=float)
+            cols += [f"rse{best}", "rse_precision", "rse_find_all", f"rse{deep}"]
+        if alphas:
             print(f"suggest_continuity_bonus on this corpus: {table[name]['_suggested']:g}")
-            cols = ["top", "budget", "Δ", *(f"a{a}" for a in alphas)]
         for group in GROUPS:
             print(f"\n{group}: B | " + " | ".join(cols))
             for b in budgets:
                 top, ours = r(table, name, f"top{b}", group), r(table, name, f"budget{b}", group)
                 cells = [f"{top:.3f}", f"{ours:.3f}", f"{100 * (ours - top):+.1f}"]
-                if minilm:
-                    for method in [f"rse{b}{best}", *(f"rse{b}_{p}" for p in PRESETS),
-                                   f"rse{b}{deep}"]:  # fmt: skip
-                        entry = table[name][method]
-                        cells.append(
-                            f"{entry[group]['recall']:.3f} [{entry['segment_chunks']:.1f}]"
-                        )
-                    entry = table[name][f"prevnext{b}"][group]
-                    cells.append(f"{entry['recall']:.3f} ({entry['chunks']:.2f})")
-                else:
-                    cells += [f"{r(table, name, f'budget{b}_a{a}', group):.3f}" for a in alphas]
+                others = [f"prevnext{b}", f"rse{b}_balanced", *(f"budget{b}_a{a}" for a in alphas)]
+                if grid:
+                    others += [f"rse{b}{best}", f"rse{b}_precision", f"rse{b}_find_all",
+                               f"rse{b}{deep}"]  # fmt: skip
+                cells += [f"{r(table, name, m, group):.3f}" if m in table[name] else "-"
+                          for m in others]  # fmt: skip
                 print(f"  {b:>2} | " + " | ".join(cells))
-    if minilm:
-        print("\n[x.x] = mean chunks RSE's segments held before the fill; "
-              "(x.xx) = mean chunks returned")  # fmt: skip
-
-    def ours(s: str, b: int) -> str:  # the default; with another model, the suggested bonus
-        return f"budget{b}" if minilm else f"budget{b}_a{table[s]['_suggested']:g}"
-
-    print("\n## goals (points; a gap is how far a goal is missed)")
-    if not minilm:
-        print(
-            "(this model: budget mode at the bonus suggest_continuity_bonus gives on each corpus)"
-        )
-    for b in budgets:
-        mean = np.mean([r(table, s, ours(s, b), "fragmented") - r(table, s, f"top{b}", "fragmented")
-                        for s in sets])  # fmt: skip
-        line = f"B={b:>2}: fragmented mean over sets {'default' if minilm else 'suggested'} - top {100 * mean:+.1f}"
-        if mean < 0.05:
-            gaps.append(
-                f"B={b}: mean fragmented gain {100 * mean:+.1f} < +5 (gap {100 * (0.05 - mean):.1f})"
-            )
-        for s in sets:
-            frag = r(table, s, ours(s, b), "fragmented") - r(table, s, f"top{b}", "fragmented")
-            every = r(table, s, ours(s, b), "all") - r(table, s, f"top{b}", "all")
-            line += f" | {s} frag {100 * frag:+.1f} all {100 * every:+.1f}"
-            if b >= 5 and frag < 0.02:
-                gaps.append(
-                    f"B={b} {s}: fragmented gain {100 * frag:+.1f} < +2 (gap {100 * (0.02 - frag):.1f})"
-                )
-            if every < 0:
-                gaps.append(f"B={b} {s}: all queries {100 * every:+.1f} below top-B")
-            if minilm:
-                anchors = [
-                    f"rse{b}{best_rse(table, s, budgets)}",
-                    *(f"rse{b}_{p}" for p in PRESETS),
-                ]
-                for method in anchors:
-                    d = r(table, s, f"budget{b}", "fragmented") - r(table, s, method, "fragmented")
-                    if d < 0:
-                        gaps.append(f"B={b} {s}: default below {method} by {-100 * d:.1f}")
-                deep = f"rse{b}{best_rse(table, s, budgets, True)}"
-                d = r(table, s, f"budget{b}", "fragmented") - r(table, s, deep, "fragmented")
-                if d < 0:
-                    gaps.append(
-                        f"B={b} {s}: (reference, not a goal) below {deep} by {-100 * d:.1f}"
-                    )
-        print(line)
-    print("\nmissed:" if gaps else "\nevery goal met")
-    for gap in gaps:
-        print(" ", gap)
-    if minilm:
+    if grid:
         readme_table(table)
         docs_table(table, budgets)
 
@@ -257,6 +274,8 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=os.environ.get("SCAR_CACHE_DIR"))
     parser.add_argument("--model", help="omitted: bundled MiniLM; m2v: $SCAR_M2V_DIR; else --model")
     parser.add_argument("--budgets", default="3,5,7,10,12,15")
+    parser.add_argument("--scope", choices=("document", "corpus"), default="document",
+                        help="search the query's document (default) or the whole corpus")  # fmt: skip
     parser.add_argument("--alphas", default="0.1,0.3", help="extra continuity bonuses (m2v)")
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--out", type=Path, help="write the means here (JSON)")
@@ -264,13 +283,13 @@ def main() -> None:
     parser.add_argument("--load", type=Path, action="append", help="report earlier --out files")
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
-    if args.load:
-        table = {}
-        for path in args.load:
-            table |= json.loads(path.read_text())
-    else:
-        table = measure(args)
-    report(table, budgets)
+    tables = [json.loads(path.read_text()) for path in args.load] if args.load else [measure(args)]
+    for table in tables:
+        model, scope = describe(table)
+        print(f"\n# {model}, {scope} scope")
+        report(table, budgets)
+    for model in dict.fromkeys(describe(t)[0] for t in tables):
+        print_goals([t for t in tables if describe(t)[0] == model], budgets)
 
 
 if __name__ == "__main__":

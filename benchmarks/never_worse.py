@@ -634,22 +634,25 @@ def print_report(table: dict, extra: Sequence[str] = ()) -> None:
     """Goals with their gaps for the default and the former fixed bonus, then the tables."""
     print("# Goals (points; never_worse >= -0.5, fragmented_gain >= +2, monotone >= 0)\n")
     print(
-        "| model | condition | method | never worse (worst) | where | fragmented gain (worst)"
-        " | where | monotone (worst step) | where |"
+        "| model | condition | scope | method | never worse (worst) | where"
+        " | fragmented gain (worst) | where | monotone (worst step) | where |"
     )
-    print("|---|---|---|---:|---|---:|---|---:|---|")
+    print("|---|---|---|---|---:|---|---:|---|---:|---|")
     for model, conds in table.items():
         for cond, scopes in conds.items():
             tab = {sc: strip(sets) for sc, sets in scopes.items()}
-            for method in ("budget", "fixed0.25", *extra):
-                try:
-                    g = goals(tab, method)
-                except KeyError:
-                    continue
-                print(f"| {model} | {cond} | {method} | {g['never_worse']:+.1f} | "
-                      f"{g.get('never_worse_at', '')} | {g['fragmented_gain']:+.1f} | "
-                      f"{g.get('fragmented_gain_at', '')} | {g['monotone']:+.1f} | "
-                      f"{g.get('monotone_at', '')} |")  # fmt: skip
+            for chosen in [list(tab), *([sc] for sc in tab)] if len(tab) > 1 else [list(tab)]:
+                part = {sc: tab[sc] for sc in chosen}
+                label = "both" if len(chosen) > 1 else chosen[0]
+                for method in ("budget", "fixed0.25", *extra):
+                    try:
+                        g = goals(part, method)
+                    except KeyError:
+                        continue
+                    print(f"| {model} | {cond} | {label} | {method} | {g['never_worse']:+.1f} | "
+                          f"{g.get('never_worse_at', '')} | {g['fragmented_gain']:+.1f} | "
+                          f"{g.get('fragmented_gain_at', '')} | {g['monotone']:+.1f} | "
+                          f"{g.get('monotone_at', '')} |")  # fmt: skip
     for group in GROUPS:
         print(f"\n# Recall, {group} queries\n")
         for model, conds in table.items():
@@ -697,6 +700,12 @@ def main() -> None:
     if args.load:
         print_report(json.loads(args.load.read_text()), extra)
         return
+    asked = [r for r in args.rules.split(",") if r]
+    if "shapes" in asked:
+        asked = [r for r in asked if r != "shapes"] + list(BONUS_SHAPES)
+    unknown = [r for r in asked if r not in CANDIDATES]
+    if unknown:
+        parser.error(f"--rules: unknown {unknown}; choose from {sorted(CANDIDATES)} or shapes")
     from scar_core.cache import EmbeddingCache
 
     cache = EmbeddingCache(args.cache_dir)
@@ -707,7 +716,7 @@ def main() -> None:
                 for name in args.sets.split(","):
                     f = args.work / f"{model}__{cond}__{scope}__{name}.json"
                     known = json.loads(f.read_text()) if f.exists() else None
-                    todo = rules() | {r: CANDIDATES[r]() for r in args.rules.split(",") if r}
+                    todo = rules() | {r: CANDIDATES[r]() for r in asked}
                     if known and all(r in known["3"] for r in todo if r != "ship"):
                         continue
                     started = time.perf_counter()
@@ -835,8 +844,42 @@ def spread_bonus(share: float = 1.0) -> Rule:
     return rule
 
 
-#: The candidates above by the names their results carry (measure them with ``--rules``).
+def seed_weighted() -> Rule:
+    """The default's bonus, scaled on each linked pair by the standing of the best hit within
+    reach of it, ``(s_hit - s_min) / (s_max - s_min)``: a neighbour of the best hit gets all of
+    it, one of the B-th hit none (``seedw``)."""
+
+    def rule(view: Query, budget: int):
+        alpha = view_bonus(view)
+        s = view.scores
+        low, span = float(s.min()), float(s.max() - s.min())
+        pair = {}
+        for (x, y), c in view.edges.items():
+            ranks = [
+                rank for rank, h in enumerate(view.hits)
+                if min(abs(h - x), abs(h - y)) <= WINDOW
+                and all((j, j + 1) in view.edges for j in range(min(h, x), max(h, y)))
+            ]  # fmt: skip
+            standing = (s[min(ranks)] - low) / span if ranks and span > 0 else 0.0
+            pair[(x, y)] = alpha * standing - LAMBDA * (1 - c)
+        return dict(view.relevance), pair, min(budget, 2)
+
+    return rule
+
+
+#: The shape of the per-query bonus, swept: ``rank{R}cap{c}`` is ``min(R * step, c * mean b)``,
+#: ``cap{c}`` the cap alone (R = 1e9) (``rank20cap0.5`` is the default, ``rank10cap0.5`` is ``rank10c``).
+BONUS_SHAPES = {
+    **{f"rank{r}cap{c:g}": (r, c) for r in (10, 20, 40) for c in (0.25, 0.35, 0.5, 0.75)
+       if (r, c) not in ((20, 0.5), (10, 0.5))},
+    **{f"cap{c:g}": (1e9, c) for c in (0.25, 0.35, 0.5, 0.75)},
+}  # fmt: skip
+
+#: The candidates above by the names their results carry (measure them with ``--rules``; the
+#: shapes with ``--rules shapes``).
 CANDIDATES: dict[str, Callable[[], Rule]] = {
+    "seedw": seed_weighted,
+    **{name: (lambda r=r, c=c: rank_bonus(r, cap=c)) for name, (r, c) in BONUS_SHAPES.items()},
     "vr5s": lambda: inherited_rank(5.0),
     "vr3s": lambda: inherited_rank(3.0),
     "vr5r": lambda: inherited_rank(5.0, "rank"),
