@@ -107,7 +107,8 @@ def measure(args: argparse.Namespace) -> dict:
         masks = {g: prepared.group_mask(g) for g in GROUPS}
         suggested = suggest_continuity_bonus(document_vectors(prepared))
         table.setdefault(name, {})["_n"] = {g: int(m.sum()) for g, m in masks.items()}
-        table[name]["_model"], table[name]["_scope"] = args.model or "minilm", args.scope
+        model = Path(args.model).name if args.model and Path(args.model).is_dir() else args.model
+        table[name]["_model"], table[name]["_scope"] = model or "minilm", args.scope
         table[name]["_suggested"] = suggested
         alphas = [float(a) for a in args.alphas.split(",") if a] + [suggested]
         for b in budgets:
@@ -186,8 +187,8 @@ def print_goals(tables: list[dict], budgets: list[int]) -> None:
             print(f"{' + '.join(chosen)}: {missing} not measured; run again to measure it")
             continue
         verdicts = [
-            f"{goal.replace('_', ' ')} {gaps[goal]:+.1f} ({gaps.get(f'{goal}_at', '')}) "
-            + ("met" if gaps[goal] >= bar else f"MISSED by {bar - gaps[goal]:.1f}")
+            f"{goal.replace('_', ' ')} {gaps[goal]:+.2f} ({gaps.get(f'{goal}_at', '')}) "
+            + ("met" if gaps[goal] >= bar else f"MISSED by {bar - gaps[goal]:.2f}")
             for goal, bar in (("never_worse", -0.5), ("fragmented_gain", 2.0), ("monotone", 0.0))
         ]
         print(f"{' + '.join(chosen)}: " + "; ".join(verdicts))

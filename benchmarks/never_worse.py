@@ -653,6 +653,7 @@ def print_report(table: dict, extra: Sequence[str] = ()) -> None:
                           f"{g.get('never_worse_at', '')} | {g['fragmented_gain']:+.1f} | "
                           f"{g.get('fragmented_gain_at', '')} | {g['monotone']:+.1f} | "
                           f"{g.get('monotone_at', '')} |")  # fmt: skip
+    print_candidates(table)
     for group in GROUPS:
         print(f"\n# Recall, {group} queries\n")
         for model, conds in table.items():
@@ -673,6 +674,58 @@ def print_report(table: dict, extra: Sequence[str] = ()) -> None:
                             print(f"| {head} | {b} | " + " | ".join(vals) + " |")
 
 
+def print_candidates(table: dict) -> None:
+    """Every rule measured in every model and condition, by its worst goal gaps over them."""
+    groups = [(m, c) for m, conds in table.items() for c in conds]
+    found = [
+        {meth for sets in table[m][c].values() for cells in strip(sets).values()
+         for cell in cells.values() for meth in cell}
+        for m, c in groups
+    ]  # fmt: skip
+    ruled = sorted(set.intersection(*found) - {"top", "prevnext", "rse"}) if found else []
+    print(
+        f"\n# Every rule over the {len(groups)} models x conditions (worst of both scopes in each;"
+        " points)\n"
+    )
+    print(
+        "| rule | never worse: worst | mean of the worst | cells met (>= -0.5)"
+        " | fragmented gain: worst | mean of the worst | monotone: worst |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for rule in ruled:
+        gaps = [
+            goals({sc: strip(sets) for sc, sets in table[m][c].items()}, rule) for m, c in groups
+        ]
+        never = [g["never_worse"] for g in gaps]
+        gain = [g["fragmented_gain"] for g in gaps]
+        print(f"| {rule} | {min(never):+.1f} | {np.mean(never):+.1f} | "
+              f"{sum(n >= -0.5 for n in never)} | {min(gain):+.1f} | {np.mean(gain):+.1f} | "
+              f"{min(g['monotone'] for g in gaps):+.1f} |")  # fmt: skip
+
+
+def swap_precision(data: Prepared, budget: int, rule: Rule) -> tuple[float, float, int]:
+    """Of the neighbours ``rule`` takes instead of hits at ``budget``: the share that hold gold
+    evidence, the share of the hits they displace that do, and how many were swapped."""
+    taken = displaced = swapped = 0
+    for q, gold in enumerate(data.gold):
+        view = query_view(data, q, budget)
+        chosen = set(auction(view, budget, rule))
+        neighbours = chosen - set(view.hits)
+        taken += len(neighbours & gold)
+        displaced += len((set(view.hits) - chosen) & gold)
+        swapped += len(neighbours)
+    return taken / max(swapped, 1), displaced / max(swapped, 1), swapped
+
+
+def rounded(value: object) -> object:
+    """``value`` with every float rounded to 4 decimals (the results file stays small)."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -690,6 +743,12 @@ def main() -> None:
     parser.add_argument("--load", type=Path, help="reprint a saved --out file")
     parser.add_argument("--extra", default="", help="other measured rules to show, e.g. def1")
     parser.add_argument("--rules", default="", help="CANDIDATES to measure too, e.g. def1,vr5s")
+    parser.add_argument(
+        "--swaps",
+        metavar="MODEL,CONDITION,SCOPE,SET,B",
+        help="measure nothing: how often the default's neighbours, and the hits they displace, "
+        "hold gold evidence, e.g. mpnet,base,document,contractnli,5",
+    )
     parser.add_argument(
         "--collect",
         action="store_true",
@@ -709,6 +768,13 @@ def main() -> None:
     from scar_core.cache import EmbeddingCache
 
     cache = EmbeddingCache(args.cache_dir)
+    if args.swaps:
+        model, cond, scope, name, budget = args.swaps.split(",")
+        data = load_set(args.bench, name, model, scope, cond, cache)
+        taken, displaced, swapped = swap_precision(data, int(budget), rules()["ship"])
+        print(f"{swapped} neighbours taken instead of hits: {taken:.1%} hold gold evidence, "
+              f"against {displaced:.1%} of the hits they displace")  # fmt: skip
+        return
     args.work.mkdir(parents=True, exist_ok=True)
     for model in [] if args.collect else args.models.split(","):
         for cond in args.conditions.split(","):
@@ -730,7 +796,7 @@ def main() -> None:
     table = load_grid(args.work)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(table, indent=1) + "\n")
+        args.out.write_text(json.dumps(rounded(table)) + "\n")
     print_report(table, extra)
 
 
@@ -741,13 +807,16 @@ def view_bonus(view: Query, ranks: float = CONTINUITY_RANKS, cap: float = CONTIN
                                   ranks, cap)  # fmt: skip
 
 
-def rank_bonus(ranks: float = CONTINUITY_RANKS, keep: int = 2, cap: float | None = None) -> Rule:
+def rank_bonus(
+    ranks: float = CONTINUITY_RANKS, keep: int = 2, cap: float | None = None, lambda_=LAMBDA
+) -> Rule:
     """The shipped auction with alpha = :func:`view_bonus`: ``ranks`` places down the hit list,
-    and with ``cap`` at most ``cap`` times the query's mean boundary penalty."""
+    and with ``cap`` at most ``cap`` times the query's mean boundary penalty (``lambda{x}``:
+    the boundary weight ``x`` instead of 0.1)."""
 
     def rule(view: Query, budget: int):
         alpha = view_bonus(view, ranks, math.inf if cap is None else cap)
-        pair = {e: alpha - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        pair = {e: alpha - lambda_ * (1 - c) for e, c in view.edges.items()}
         return dict(view.relevance), pair, min(budget, keep)
 
     return rule
@@ -867,6 +936,17 @@ def seed_weighted() -> Rule:
     return rule
 
 
+def keep_share(share: float = 0.5) -> Rule:
+    """The default auction keeping the best ``ceil(share * B)`` hits (at least 2) instead of 2
+    (``keephalf``)."""
+
+    def rule(view: Query, budget: int):
+        value, pair, _ = rank_bonus(cap=CONTINUITY_CAP)(view, budget)
+        return value, pair, min(budget, max(2, math.ceil(share * budget)))
+
+    return rule
+
+
 #: The shape of the per-query bonus, swept: ``rank{R}cap{c}`` is ``min(R * step, c * mean b)``,
 #: ``cap{c}`` the cap alone (R = 1e9) (``rank20cap0.5`` is the default, ``rank10cap0.5`` is ``rank10c``).
 BONUS_SHAPES = {
@@ -879,6 +959,11 @@ BONUS_SHAPES = {
 #: shapes with ``--rules shapes``).
 CANDIDATES: dict[str, Callable[[], Rule]] = {
     "seedw": seed_weighted,
+    "keephalf": keep_share,
+    **{
+        f"lambda{lam:g}": (lambda lam=lam: rank_bonus(cap=CONTINUITY_CAP, lambda_=lam))
+        for lam in (0.05, 0.2, 0.3)
+    },
     **{name: (lambda r=r, c=c: rank_bonus(r, cap=c)) for name, (r, c) in BONUS_SHAPES.items()},
     "vr5s": lambda: inherited_rank(5.0),
     "vr3s": lambda: inherited_rank(3.0),
