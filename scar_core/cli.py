@@ -220,6 +220,10 @@ def _run_eval(args: argparse.Namespace) -> int:
             print(
                 f"  {name:<24}{s.recall:>8.3f}{s.char_recall:>8.3f}{s.chunks:>8.2f}{s.tokens:>8.0f}"
             )
+    if results.budgets and (verdict := results.budgets.get("verdict")):
+        gaps = ", ".join(f"B={b} {100 * row['gap']:+.1f} ({row['against']})"
+                         for b, row in verdict.items())  # fmt: skip
+        print(f"\nSCAR minus the better of topB and prevnextB, all queries (points): {gaps}")
     print(f"\nwrote {', '.join(str(p) for p in written.values())}")
     return 0
 

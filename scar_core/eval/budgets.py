@@ -6,6 +6,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
 from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
 from scar_core.eval.methods import Method, MethodRegistry
 from scar_core.eval.metrics import summarize
@@ -13,13 +16,17 @@ from scar_core.eval.metrics import summarize
 if TYPE_CHECKING:
     from scar_core.eval.runner import PreparedBenchmark
 
-__all__ = ["BUDGETS", "BUDGET_METHODS", "budget_methods", "budget_sweep",
+__all__ = ["BUDGETS", "BUDGET_METHODS", "against_what_you_have", "budget_methods", "budget_sweep",
            "installed_budget_methods", "plot_budgets", "render_budgets"]  # fmt: skip
 
 #: Budgets of ``scar eval --budgets`` given without a list.
 BUDGETS = (3, 5, 7, 10, 12, 15)
 #: Method templates of the budget sweep: the first ``B`` of each becomes the budget.
 BUDGET_METHODS = ("topB", "budgetB", "rseB", "prevnextB")
+#: SCAR's default in the sweep, and what a user has without it at the same B.
+SCAR_TEMPLATE, RIVAL_TEMPLATES = "budgetB", ("topB", "prevnextB")
+#: A verdict's gap below this many recall points (a query or two on a small set) is flagged.
+BEHIND = -0.005
 _GROUPS = ("fragmented", "all")
 
 
@@ -65,7 +72,48 @@ def budget_sweep(
     curves = {t: {str(b): {g: summarize(runs[n][1].subset(prepared.group_mask(g))).as_dict()
                            for g in _GROUPS} for b, (n, _) in row.items()}
               for t, row in methods.items()}  # fmt: skip
-    return {"budgets": sorted({b for row in methods.values() for b in row}), "curves": curves}
+    recalls = {t: {b: runs[n][1].recall for b, (n, _) in row.items()} for t, row in methods.items()}
+    section: dict[str, Any] = {
+        "budgets": sorted({b for row in methods.values() for b in row}),
+        "curves": curves,
+    }
+    if verdict := against_what_you_have(recalls):
+        section["verdict"] = verdict
+    return section
+
+
+def against_what_you_have(
+    recalls: Mapping[str, Mapping[int, npt.NDArray[np.float64]]],
+) -> dict[str, dict[str, Any]]:
+    """``budgetB`` against the better of ``topB`` and ``prevnextB`` at each B, on all queries.
+
+    Args:
+        recalls: ``template -> B -> per-query chunk recall``.
+
+    Returns:
+        ``B -> {"against", "gap", "won", "lost", "n"}``: the rival template with the higher mean
+        recall, SCAR's mean minus its mean, and the queries on which SCAR's recall is above and
+        below its; empty without ``budgetB`` or without either rival.
+    """
+    ours = recalls.get(SCAR_TEMPLATE)
+    rivals = [t for t in RIVAL_TEMPLATES if t in recalls]
+    if ours is None or not rivals:
+        return {}
+    verdict: dict[str, dict[str, Any]] = {}
+    for b, mine in sorted(ours.items()):
+        present = [t for t in rivals if b in recalls[t]]
+        if not present:
+            continue
+        best = max(present, key=lambda t: float(np.mean(recalls[t][b])))
+        theirs = recalls[best][b]
+        verdict[str(b)] = {
+            "against": best,
+            "gap": float(np.mean(mine) - np.mean(theirs)),
+            "won": int(np.sum(mine > theirs)),
+            "lost": int(np.sum(mine < theirs)),
+            "n": len(mine),
+        }
+    return verdict
 
 
 def render_budgets(section: Mapping[str, Any]) -> list[str]:
@@ -91,6 +139,28 @@ def render_budgets(section: Mapping[str, Any]) -> list[str]:
         for b in section["budgets"]:
             cells = (cell(section["curves"][t][str(b)][group], b) for t in curves)
             lines.append(f"| {b} | " + " | ".join(cells) + " |")
+    return [*lines, "", *render_verdict(section.get("verdict", {}))]
+
+
+def render_verdict(verdict: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The verdict of :func:`against_what_you_have` as a Markdown table (none when empty)."""
+    if not verdict:
+        return []
+    lines = ["### SCAR against what you have, on these queries", "",
+             f"All queries: `{SCAR_TEMPLATE}` minus the better of "
+             f"{' and '.join(f'`{t}`' for t in RIVAL_TEMPLATES)} at the same B (recall points), "
+             "and the queries on which SCAR's recall is above or below it.", "",
+             "| B | against | SCAR minus it | queries won | queries lost |",
+             "|---:|---|---:|---:|---:|"]  # fmt: skip
+    for b, row in verdict.items():
+        flag = " **behind**" if row["gap"] < BEHIND else ""
+        lines.append(f"| {b} | {row['against']} | {100 * row['gap']:+.1f}{flag} | "
+                     f"{row['won']} | {row['lost']} |")  # fmt: skip
+    behind = [b for b, row in verdict.items() if row["gap"] < BEHIND]
+    if behind:
+        lines += ["", f"SCAR is behind at B = {', '.join(behind)} on these queries. With few "
+                  "queries a gap of a point or two can be chance; where it holds, keep more hits "
+                  "(`keep=`) or use plain top-B at that budget."]  # fmt: skip
     return [*lines, ""]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from eval_support import HashEmbedder, write_legalbench
 
@@ -120,3 +121,47 @@ def test_budget_sweep_refuses_bad_budgets_and_templates(
 ) -> None:
     with pytest.raises(InvalidSettingsError, match="must be integers >= 1"):
         budget_methods(budgets, templates, REGISTRY)
+
+
+def test_budget_sweep_says_where_scar_is_ahead_of_what_you_have(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    benchmark, corpus = write_legalbench(tmp_path / "data")
+    out = tmp_path / "out"
+    arguments = ["eval", str(benchmark), "--corpus", str(corpus), "--chunk-size", "60",
+                 "--methods", "topk", "--bootstrap", "0", "--no-sweep", "--budgets", "2,4",
+                 "--budget-methods", "topB,budgetB,prevnextB", "--no-cache", "--no-plot",
+                 "--out", str(out)]  # fmt: skip
+    assert main([*arguments, *FAKE]) == 0
+    section = json.loads((out / "results.json").read_text())["budgets"]
+    report = (out / "report.md").read_text()
+    queries = len(load_benchmark(benchmark, corpus).queries)
+    for b in ("2", "4"):
+        means = {t: section["curves"][t][b]["all"]["recall"] for t in ("topB", "prevnextB")}
+        best = max(means, key=lambda t: means[t])
+        row = section["verdict"][b]
+        assert row["against"] == best
+        assert row["gap"] == pytest.approx(
+            section["curves"]["budgetB"][b]["all"]["recall"] - means[best]
+        )
+        assert row["won"] + row["lost"] <= row["n"] == queries
+        assert f"| {b} | {best} | {100 * row['gap']:+.1f}" in report
+    assert "SCAR minus the better of topB and prevnextB" in capsys.readouterr().out
+
+
+def test_verdict_counts_queries_won_and_lost_and_flags_a_loss() -> None:
+    from scar_core.eval.budgets import against_what_you_have, render_verdict
+
+    recalls = {
+        "budgetB": {3: np.array([1.0, 0.0, 0.5, 0.5])},
+        "topB": {3: np.array([0.5, 0.5, 0.5, 0.5])},
+        "prevnextB": {3: np.array([1.0, 1.0, 0.0, 0.5])},
+    }
+    # means: budget 0.5, top 0.5, prev/next 0.625 -> against prevnextB, gap -0.125;
+    # per query 1 vs 1, 0 vs 1, 0.5 vs 0, 0.5 vs 0.5: won 1, lost 1.
+    verdict = against_what_you_have(recalls)
+    assert verdict == {"3": {"against": "prevnextB", "gap": -0.125, "won": 1, "lost": 1, "n": 4}}
+    lines = "\n".join(render_verdict(verdict))
+    assert "| 3 | prevnextB | -12.5 **behind** | 1 | 1 |" in lines
+    assert "SCAR is behind at B = 3" in lines
+    assert against_what_you_have({"topB": recalls["topB"]}) == {}
