@@ -211,7 +211,7 @@ def _run_eval(args: argparse.Namespace) -> int:
     if answering is not None:
         answering.run(results, print, show_progress=progress)
     if budgeted:
-        results.budgets = budget_sweep(results.prepared, budgeted)
+        results.budgets = budget_sweep(results.prepared, budgeted, args.bootstrap, args.seed)
     written = write_outputs(results, args.out, plot=not args.no_plot)
     for group in ("fragmented", "all"):
         print(f"\n{group} (n = {int(results.prepared.group_mask(group).sum())})")

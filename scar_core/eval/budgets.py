@@ -12,6 +12,7 @@ import numpy.typing as npt
 from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
 from scar_core.eval.methods import Method, MethodRegistry
 from scar_core.eval.metrics import summarize
+from scar_core.eval.stats import paired_bootstrap
 
 if TYPE_CHECKING:
     from scar_core.eval.runner import PreparedBenchmark
@@ -62,9 +63,16 @@ def installed_budget_methods(registry: MethodRegistry) -> tuple[list[str], list[
 
 
 def budget_sweep(
-    prepared: PreparedBenchmark, methods: Mapping[str, Mapping[int, tuple[str, Method]]]
+    prepared: PreparedBenchmark,
+    methods: Mapping[str, Mapping[int, tuple[str, Method]]],
+    n_resamples: int = 0,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    """Run :func:`budget_methods`' methods: ``curves: template -> B -> group -> means``."""
+    """Run :func:`budget_methods`' methods: ``curves: template -> B -> group -> means``.
+
+    With ``budgetB`` and ``topB`` or ``prevnextB`` among them, ``verdict`` holds
+    :func:`against_what_you_have`, with a paired bootstrap interval of ``n_resamples`` (none at 0).
+    """
     from scar_core.eval.runner import run_methods
 
     flat = {name: method for row in methods.values() for name, method in row.values()}
@@ -77,23 +85,28 @@ def budget_sweep(
         "budgets": sorted({b for row in methods.values() for b in row}),
         "curves": curves,
     }
-    if verdict := against_what_you_have(recalls):
+    if verdict := against_what_you_have(recalls, n_resamples, seed):
         section["verdict"] = verdict
     return section
 
 
 def against_what_you_have(
     recalls: Mapping[str, Mapping[int, npt.NDArray[np.float64]]],
+    n_resamples: int = 0,
+    seed: int = 0,
 ) -> dict[str, dict[str, Any]]:
     """``budgetB`` against the better of ``topB`` and ``prevnextB`` at each B, on all queries.
 
     Args:
         recalls: ``template -> B -> per-query chunk recall``.
+        n_resamples: Resamples of the paired bootstrap interval of the gap; 0 for none.
+        seed: Seed of the resampling.
 
     Returns:
-        ``B -> {"against", "gap", "won", "lost", "n"}``: the rival template with the higher mean
-        recall, SCAR's mean minus its mean, and the queries on which SCAR's recall is above and
-        below its; empty without ``budgetB`` or without either rival.
+        ``B -> {"against", "gap", "won", "lost", "n"}`` (and ``"ci"``, the 95% interval of the
+        gap, with resamples): the rival template with the higher mean recall, SCAR's mean minus
+        its mean, and the queries on which SCAR's recall is above and below its; empty without
+        ``budgetB`` or without either rival.
     """
     ours = recalls.get(SCAR_TEMPLATE)
     rivals = [t for t in RIVAL_TEMPLATES if t in recalls]
@@ -113,6 +126,9 @@ def against_what_you_have(
             "lost": int(np.sum(mine < theirs)),
             "n": len(mine),
         }
+        if n_resamples:
+            compared = paired_bootstrap(mine, theirs, n_resamples=n_resamples, seed=seed)
+            verdict[str(b)]["ci"] = [compared.ci_low, compared.ci_high]
     return verdict
 
 
@@ -148,19 +164,22 @@ def render_verdict(verdict: Mapping[str, Mapping[str, Any]]) -> list[str]:
         return []
     lines = ["### SCAR against what you have, on these queries", "",
              f"All queries: `{SCAR_TEMPLATE}` minus the better of "
-             f"{' and '.join(f'`{t}`' for t in RIVAL_TEMPLATES)} at the same B (recall points), "
-             "and the queries on which SCAR's recall is above or below it.", "",
+             f"{' and '.join(f'`{t}`' for t in RIVAL_TEMPLATES)} at the same B (recall points, "
+             "with its 95% paired bootstrap interval when resampled), and the queries on which "
+             "SCAR's recall is above or below it.", "",
              "| B | against | SCAR minus it | queries won | queries lost |",
              "|---:|---|---:|---:|---:|"]  # fmt: skip
     for b, row in verdict.items():
         flag = " **behind**" if row["gap"] < BEHIND else ""
+        if "ci" in row:
+            flag = f" [{100 * row['ci'][0]:+.1f}, {100 * row['ci'][1]:+.1f}]{flag}"
         lines.append(f"| {b} | {row['against']} | {100 * row['gap']:+.1f}{flag} | "
                      f"{row['won']} | {row['lost']} |")  # fmt: skip
     behind = [b for b, row in verdict.items() if row["gap"] < BEHIND]
     if behind:
-        lines += ["", f"SCAR is behind at B = {', '.join(behind)} on these queries. With few "
-                  "queries a gap of a point or two can be chance; where it holds, keep more hits "
-                  "(`keep=`) or use plain top-B at that budget."]  # fmt: skip
+        lines += ["", f"SCAR is behind at B = {', '.join(behind)} on these queries. Where the "
+                  "interval holds 0 the gap may be chance (a query or two); where it holds, keep "
+                  "more hits (`keep=`) or use plain top-B at that budget."]  # fmt: skip
     return [*lines, ""]
 
 

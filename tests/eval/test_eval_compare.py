@@ -145,12 +145,14 @@ def test_budget_sweep_says_where_scar_is_ahead_of_what_you_have(
             section["curves"]["budgetB"][b]["all"]["recall"] - means[best]
         )
         assert row["won"] + row["lost"] <= row["n"] == queries
-        assert f"| {b} | {best} | {100 * row['gap']:+.1f}" in report
+        assert f"| {b} | {best} | {100 * row['gap']:+.1f} " in report
+        assert "ci" not in row  # --bootstrap 0
     assert "SCAR minus the better of topB and prevnextB" in capsys.readouterr().out
 
 
 def test_verdict_counts_queries_won_and_lost_and_flags_a_loss() -> None:
     from scar_core.eval.budgets import against_what_you_have, render_verdict
+    from scar_core.eval.stats import paired_bootstrap
 
     recalls = {
         "budgetB": {3: np.array([1.0, 0.0, 0.5, 0.5])},
@@ -165,3 +167,9 @@ def test_verdict_counts_queries_won_and_lost_and_flags_a_loss() -> None:
     assert "| 3 | prevnextB | -12.5 **behind** | 1 | 1 |" in lines
     assert "SCAR is behind at B = 3" in lines
     assert against_what_you_have({"topB": recalls["topB"]}) == {}
+    resampled = against_what_you_have(recalls, n_resamples=500, seed=3)["3"]
+    expected = paired_bootstrap(recalls["budgetB"][3], recalls["prevnextB"][3], n_resamples=500,
+                                seed=3)  # fmt: skip
+    assert resampled["ci"] == [expected.ci_low, expected.ci_high]
+    interval = f"-12.5 [{100 * expected.ci_low:+.1f}, {100 * expected.ci_high:+.1f}] **behind**"
+    assert interval in "\n".join(render_verdict({"3": resampled}))
