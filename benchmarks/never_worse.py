@@ -718,9 +718,9 @@ def swap_precision(data: Prepared, budget: int, rule: Rule) -> tuple[float, floa
 
 
 def rounded(value: object) -> object:
-    """``value`` with every float rounded to 4 decimals (the results file stays small)."""
+    """``value`` with every float rounded to 6 decimals (the results file stays small)."""
     if isinstance(value, float):
-        return round(value, 4)
+        return round(value, 6)
     if isinstance(value, dict):
         return {k: rounded(v) for k, v in value.items()}
     return value
