@@ -607,7 +607,7 @@ def goals(table: Mapping, method: str, budgets: Sequence[int] = BUDGETS) -> dict
             for g in GROUPS:
                 series = [sets[s][str(b)][method][g] for b in budgets]
                 note("monotone", 100 * min(np.diff(series)), f"{scope} {s} {g}")
-    return {k: round(v, 2) for k, v in worst.items()} | {f"{k}_at": v for k, v in where.items()}
+    return dict(worst) | {f"{k}_at": v for k, v in where.items()}
 
 
 def load_grid(folder: Path) -> dict:
