@@ -26,7 +26,8 @@ Data formats (unknown keys are ignored; spans are half-open [start, end) charact
   JSONL: BENCHMARK = queries.jsonl, one {"query": str, "snippets": [{"doc_id": str,
       "span": [start, end]}]} per line; --corpus = corpus.jsonl (or a folder holding it), one
       {"id": str, "text": str} per line.
-Without BENCHMARK, the sample bundled with the package is evaluated.
+Without BENCHMARK, the sample bundled with the package is evaluated, cut into chunks of 250
+characters as `scar demo` cuts it unless --chunk-size is given.
 
 Methods (k is --k; B, W, S, N integers; G, L, A numbers):
   topk, topB         the k (or B) best chunks of the query's scope, e.g. top10
@@ -97,7 +98,8 @@ def _add_eval(subparsers: Any) -> None:
         default=5,
         help="k of topk, staticW, scarW and default (default 5)",
     )
-    add("--chunk-size", type=_at_least(1), default=500, help="characters per chunk (default 500)")
+    add("--chunk-size", type=_at_least(1),
+        help="characters per chunk (default 500; the bundled sample: 250, as scar demo)")  # fmt: skip
     add("--chunk-overlap", type=_at_least(0), default=0, help="characters (default 0)")
     add("--methods", help=f"comma-separated names (default {','.join(DEFAULT_METHODS)})")
     add("--reference", help="method compared with all others (default: default, else the first)")
@@ -175,18 +177,21 @@ def _cache(args: argparse.Namespace) -> Any:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from scar_core.demo import load_sample
+    from scar_core.demo import DEMO_CHUNK_SIZE, load_sample
     from scar_core.errors import DataFormatError
     from scar_core.eval import DEFAULT_METHODS, EvalConfig, embedder_for, load_benchmark
     from scar_core.eval.answers import answering_from_args
     from scar_core.eval.budgets import budget_methods, budget_sweep, installed_budget_methods
     from scar_core.eval.methods import REGISTRY
     from scar_core.eval.report import write_outputs
-    from scar_core.eval.runner import run_evaluation
+    from scar_core.eval.runner import DEFAULT_CHUNK_SIZE, run_evaluation
 
     names = [m.strip() for m in (args.methods or "").split(",") if m.strip()]
+    chunk_size = args.chunk_size or (
+        DEMO_CHUNK_SIZE if args.benchmark is None else DEFAULT_CHUNK_SIZE
+    )
     config = EvalConfig(
-        scope=args.scope, k=args.k, chunk_size=args.chunk_size, chunk_overlap=args.chunk_overlap,
+        scope=args.scope, k=args.k, chunk_size=chunk_size, chunk_overlap=args.chunk_overlap,
         methods=tuple(names) or DEFAULT_METHODS, reference=args.reference,
         n_resamples=args.bootstrap, seed=args.seed, sweep=not args.no_sweep,
     )  # fmt: skip

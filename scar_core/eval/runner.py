@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from scar_core.cache import EmbeddingCache
 
 __all__ = [
+    "DEFAULT_CHUNK_SIZE",
     "DEFAULT_METHODS",
     "GROUPS",
     "EvalConfig",
@@ -66,6 +67,8 @@ Scope = Literal["document", "corpus"]
 #: The methods ``scar eval`` runs when ``--methods`` is not given.
 DEFAULT_METHODS = ("topk", "default", "static1", "static2", "scar1", "scar2", "parent",
                    "topk_matched")  # fmt: skip
+#: Characters per chunk of ``scar eval`` when ``--chunk-size`` is not given (a user's data).
+DEFAULT_CHUNK_SIZE = 500
 #: Query groups, in report order.
 GROUPS = ("fragmented", "atomic", "all")
 
@@ -89,7 +92,7 @@ class EvalConfig:
 
     scope: Scope = "document"
     k: int = 5
-    chunk_size: int = 500
+    chunk_size: int = DEFAULT_CHUNK_SIZE
     chunk_overlap: int = 0
     methods: tuple[str, ...] = DEFAULT_METHODS
     reference: str | None = None
@@ -170,7 +173,7 @@ def prepare_benchmark(
     embedder: Embedder,
     *,
     scope: Scope = "document",
-    chunk_size: int = 500,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     chunk_overlap: int = 0,
     splitter: Splitter | None = None,
     cache: EmbeddingCache | None = None,

@@ -180,3 +180,32 @@ def test_budgets_skip_a_method_whose_extra_is_missing(
     assert "pip install 'scar-retrieval[compare]'" in error
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| B | topB | budgetB | prevnextB |" in report
+
+
+def test_the_bundled_sample_is_chunked_as_the_demo_chunks_it_and_your_data_at_500(
+    tmp_path: Path,
+) -> None:
+    from scar_core.demo import DEMO_CHUNK_SIZE
+    from scar_core.eval.runner import DEFAULT_CHUNK_SIZE
+
+    quick = ["--methods", "topk", "--bootstrap", "0", "--no-sweep", "--no-plot", "--no-cache"]
+    assert main(["eval", *quick, "--out", str(tmp_path / "sample"), *FAKE]) == 0
+    sample = json.loads((tmp_path / "sample" / "results.json").read_text())
+    assert sample["config"]["chunk_size"] == DEMO_CHUNK_SIZE
+    assert main(["eval", *quick, "--chunk-size", "300", "--out", str(tmp_path / "set"), *FAKE]) == 0
+    assert (
+        json.loads((tmp_path / "set" / "results.json").read_text())["config"]["chunk_size"] == 300
+    )
+    benchmark, corpus = write_legalbench(tmp_path / "data")
+    mine = [
+        "eval",
+        str(benchmark),
+        "--corpus",
+        str(corpus),
+        *quick,
+        "--out",
+        str(tmp_path / "mine"),
+    ]
+    assert main([*mine, *FAKE]) == 0
+    payload = json.loads((tmp_path / "mine" / "results.json").read_text())
+    assert payload["config"]["chunk_size"] == DEFAULT_CHUNK_SIZE
