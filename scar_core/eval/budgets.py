@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from scar_core.eval.runner import PreparedBenchmark
 
 __all__ = ["BUDGETS", "BUDGET_METHODS", "against_what_you_have", "budget_methods", "budget_sweep",
-           "installed_budget_methods", "plot_budgets", "render_budgets"]  # fmt: skip
+           "installed_budget_methods", "plot_budgets", "render_budgets", "render_verdict"]  # fmt: skip
 
 #: Budgets of ``scar eval --budgets`` given without a list.
 BUDGETS = (3, 5, 7, 10, 12, 15)
@@ -26,7 +26,7 @@ BUDGETS = (3, 5, 7, 10, 12, 15)
 BUDGET_METHODS = ("topB", "budgetB", "rseB", "prevnextB")
 #: SCAR's default in the sweep, and what a user has without it at the same B.
 SCAR_TEMPLATE, RIVAL_TEMPLATES = "budgetB", ("topB", "prevnextB")
-#: A verdict's gap below this many recall points (a query or two on a small set) is flagged.
+#: A verdict's gap below this (half a recall point) is flagged as behind.
 BEHIND = -0.005
 _GROUPS = ("fragmented", "all")
 
@@ -178,8 +178,8 @@ def render_verdict(verdict: Mapping[str, Mapping[str, Any]]) -> list[str]:
     behind = [b for b, row in verdict.items() if row["gap"] < BEHIND]
     if behind:
         lines += ["", f"SCAR is behind at B = {', '.join(behind)} on these queries. Where the "
-                  "interval holds 0 the gap may be chance (a query or two); where it holds, keep "
-                  "more hits (`keep=`) or use plain top-B at that budget."]  # fmt: skip
+                  "interval includes 0 the gap may be chance; where it does not, keep more hits "
+                  "(`keep=`) or use plain top-B at that budget."]  # fmt: skip
     return [*lines, ""]
 
 
