@@ -18,7 +18,10 @@ whole corpus), condition and budget B in {3, 5, 7, 10, 12, 15}, runs
   one), and the other rules of :func:`rules` (``rank20``: the per-query bonus without its cap;
   ``loc0.5``, ``rank10``... in older result files).
 
-and prints, for each model, the goals of issue 36 with their gaps, then the tables::
+and prints, for each model, condition and scope (and over both scopes), the goals of issue 36
+with their gaps; then every rule measured in every model and condition (``CANDIDATES``, with
+``--rules``) by its worst gaps; then the tables. ``--swaps`` tells how often the neighbours the
+default takes, and the hits they displace, hold gold evidence::
 
     python benchmarks/never_worse.py --bench /work/shared/bench --models minilm,m2v,mpnet \
         --out benchmarks/results/never_worse.json
