@@ -67,7 +67,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("SCAR_M2V_DIR", "/root/.cache/scar-dev/m2v-minilm")
 
-from keep_sweep import SETS, dev_embedder
+from keep_sweep import FIXED_BONUS, SETS, dev_embedder
 
 from scar_core.scoring import CONTINUITY_CAP, CONTINUITY_RANKS, query_continuity_bonus
 
@@ -428,12 +428,18 @@ def auction(view: Query, budget: int, rule: Rule) -> list[int]:
     return sorted(_best_set(view.chains, value, pair, rank_of, set(view.hits[:keep]), k))
 
 
-def shipped(alpha: float = 0.25, keep: int = 2, lambda_: float = LAMBDA) -> Rule:
+def pair_bids(view: Query, alpha: float, lambda_: float = LAMBDA) -> dict[tuple[int, int], float]:
+    """What each linked pair the query read adds to the bid when both its chunks are chosen:
+    ``alpha - lambda_ * b``."""
+    return {e: alpha - lambda_ * (1 - c) for e, c in view.edges.items()}
+
+
+def shipped(alpha: float = FIXED_BONUS, keep: int = 2, lambda_: float = LAMBDA) -> Rule:
     """The former default, a fixed bonus: bid cos(q, x); a linked pair adds alpha - lambda * b."""
 
     def rule(view: Query, budget: int):
         value = dict(view.relevance)
-        pair = {e: alpha - lambda_ * (1 - c) for e, c in view.edges.items()}
+        pair = pair_bids(view, alpha, lambda_)
         return value, pair, min(budget, keep)
 
     return rule
@@ -485,7 +491,7 @@ def local_bonus(factor: float = 0.5, keep: int = 2) -> Rule:
 
     def rule(view: Query, budget: int):
         bbar = float(np.mean([1 - c for c in view.edges.values()])) if view.edges else 0.0
-        pair = {e: factor * bbar - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        pair = pair_bids(view, factor * bbar)
         return dict(view.relevance), pair, min(budget, keep)
 
     return rule
@@ -512,7 +518,7 @@ def scaled_bonus(factor: float, unit: str, keep: int = 2, lambda_: float = LAMBD
 
     def rule(view: Query, budget: int):
         alpha = factor * unit_of(view, unit)
-        pair = {e: alpha - lambda_ * (1 - c) for e, c in view.edges.items()}
+        pair = pair_bids(view, alpha, lambda_)
         return dict(view.relevance), pair, min(budget, keep)
 
     return rule
@@ -527,7 +533,7 @@ def rules() -> dict[str, Rule]:
     """The rules measured besides the baselines (the shipped auction is ``ship``)."""
     return {
         "ship": rank_bonus(20, cap=0.5),
-        "fixed0.25": shipped(0.25),
+        "fixed0.25": shipped(FIXED_BONUS),
         "rank20": rank_bonus(20),
     }
 
@@ -819,7 +825,7 @@ def rank_bonus(
 
     def rule(view: Query, budget: int):
         alpha = view_bonus(view, ranks, math.inf if cap is None else cap)
-        pair = {e: alpha - lambda_ * (1 - c) for e, c in view.edges.items()}
+        pair = pair_bids(view, alpha, lambda_)
         return dict(view.relevance), pair, min(budget, keep)
 
     return rule
@@ -866,8 +872,8 @@ def inherited_rank(factor: float = 5.0, bonus: str = "fixed") -> Rule:
                 ):
                     best = max(best, at((rank + 1) * factor ** (high - low)))
             value[x] = best
-        alpha = 0.25 if bonus == "fixed" else view_bonus(view, cap=math.inf)
-        pair = {e: alpha - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        alpha = FIXED_BONUS if bonus == "fixed" else view_bonus(view, cap=math.inf)
+        pair = pair_bids(view, alpha)
         return value, pair, min(budget, 2)
 
     return rule
@@ -883,7 +889,7 @@ def gap_keep(spread_share: float = 0.5, alpha: float | None = None) -> Rule:
         a = alpha
         if a is None:
             a = view_bonus(view)
-        pair = {e: a - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        pair = pair_bids(view, a)
         return dict(view.relevance), pair, min(budget, keep)
 
     return rule
@@ -896,7 +902,7 @@ def deficit_capped(with_boundary_cap: bool = True) -> Rule:
     def rule(view: Query, budget: int):
         a = view_bonus(view, cap=CONTINUITY_CAP if with_boundary_cap else math.inf)
         a = min(a, max(unit_of(view, "deficit"), 0.0))
-        pair = {e: a - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        pair = pair_bids(view, a)
         return dict(view.relevance), pair, min(budget, 2)
 
     return rule
@@ -910,7 +916,7 @@ def spread_bonus(share: float = 1.0) -> Rule:
     def rule(view: Query, budget: int):
         s = view.scores
         a = min(share * float(s.max() - s.min()), CONTINUITY_CAP * unit_of(view, "bbar"))
-        pair = {e: a - LAMBDA * (1 - c) for e, c in view.edges.items()}
+        pair = pair_bids(view, a)
         return dict(view.relevance), pair, min(budget, 2)
 
     return rule
@@ -975,7 +981,7 @@ CANDIDATES: dict[str, Callable[[], Rule]] = {
     "rank10c": lambda: rank_bonus(10, cap=0.5),
     "g50r20c": lambda: gap_keep(0.5),
     "g25r20c": lambda: gap_keep(0.25),
-    "g50ship": lambda: gap_keep(0.5, alpha=0.25),
+    "g50ship": lambda: gap_keep(0.5, alpha=FIXED_BONUS),
     "def1": lambda: deficit_capped(),
     "def1nc": lambda: deficit_capped(with_boundary_cap=False),
     "spread1c": lambda: spread_bonus(1.0),

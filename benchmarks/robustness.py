@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from keep_sweep import SETS, dev_embedder, document_vectors  # the dev sets, as in --bench
+from keep_sweep import FIXED_BONUS, SETS, dev_embedder, document_vectors  # dev sets
 
 from scar_core import suggest_continuity_bonus
 from scar_core.cache import EmbeddingCache
@@ -38,9 +38,6 @@ from scar_core.eval import (
     run_methods,
 )
 from scar_core.settings import DEFAULT_LAMBDA
-
-#: The fixed continuity bonus studied here (the default before the per-query one).
-FIXED_BONUS = 0.25
 
 BUDGETS = (3, 5, 7, 10, 12, 15)
 ALPHAS = (0.05, 0.1, 0.125, 0.15, 0.175, 0.1875, 0.2, 0.225, 0.25, 0.275, 0.3, 0.3125, 0.35, 0.4)
