@@ -388,13 +388,12 @@ def budget_select(
     value = {c: bids[rank_of[c]] if c in rank_of else scored.relevance[c] for c in candidates}
     chains = _chains(candidates, chunks, scored)
     linked = {edge: scored.boundary_cosine(*edge) for c in chains for edge in itertools.pairwise(c)}
+    penalty = {edge: boundary_penalty(cosine) for edge, cosine in linked.items()}
     alpha = settings.continuity_bonus
     if alpha is None:
         scored_hits = [scored.relevance[c] for c in ranked if c in scored.relevance]
-        alpha = query_continuity_bonus(scored_hits, [boundary_penalty(c) for c in linked.values()])
-    pair = {
-        edge: alpha - settings.lambda_ * boundary_penalty(cosine) for edge, cosine in linked.items()
-    }
+        alpha = query_continuity_bonus(scored_hits, list(penalty.values()))
+    pair = {edge: alpha - settings.lambda_ * b for edge, b in penalty.items()}
     kept = ranked[: settings.kept]
     weight = dict.fromkeys(candidates, 1)
     capacity = min(settings.k, len(candidates))
@@ -442,8 +441,7 @@ def budget_select(
         key=lambda s: (s.seed_rank, s.decision.distance if s.decision else 0, s.chunk_id),
     )
     chosen = tuple([selected[c] for c in taken] + neighbours)
-    passages = _passages(chosen, chunks)
-    return Selection(chosen, passages, tuple(decisions), tuple(unscored), alpha)
+    return Selection(chosen, _passages(chosen, chunks), tuple(decisions), tuple(unscored), alpha)
 
 
 def fill_in_order(counts: Iterable[int], limit: int) -> int:
