@@ -181,7 +181,12 @@ def _run_eval(args: argparse.Namespace) -> int:
     from scar_core.errors import DataFormatError
     from scar_core.eval import DEFAULT_METHODS, EvalConfig, embedder_for, load_benchmark
     from scar_core.eval.answers import answering_from_args
-    from scar_core.eval.budgets import budget_methods, budget_sweep, installed_budget_methods
+    from scar_core.eval.budgets import (
+        RIVAL_TEMPLATES,
+        budget_methods,
+        budget_sweep,
+        installed_budget_methods,
+    )
     from scar_core.eval.methods import REGISTRY
     from scar_core.eval.report import write_outputs
     from scar_core.eval.runner import DEFAULT_CHUNK_SIZE, run_evaluation
@@ -228,7 +233,8 @@ def _run_eval(args: argparse.Namespace) -> int:
     if results.budgets and (verdict := results.budgets.get("verdict")):
         gaps = ", ".join(f"B={b} {100 * row['gap']:+.1f} ({row['against']})"
                          for b, row in verdict.items())  # fmt: skip
-        print(f"\nSCAR minus the better of topB and prevnextB, all queries (points): {gaps}")
+        rivals = " and ".join(RIVAL_TEMPLATES)
+        print(f"\nSCAR minus the better of {rivals}, all queries (points): {gaps}")
     print(f"\nwrote {', '.join(str(p) for p in written.values())}")
     return 0
 

@@ -169,13 +169,13 @@ def render_verdict(verdict: Mapping[str, Mapping[str, Any]]) -> list[str]:
              "SCAR's recall is above or below it.", "",
              "| B | against | SCAR minus it | queries won | queries lost |",
              "|---:|---|---:|---:|---:|"]  # fmt: skip
+    behind = [b for b, row in verdict.items() if row["gap"] < BEHIND]
     for b, row in verdict.items():
-        flag = " **behind**" if row["gap"] < BEHIND else ""
+        flag = " **behind**" if b in behind else ""
         if "ci" in row:
             flag = f" [{100 * row['ci'][0]:+.1f}, {100 * row['ci'][1]:+.1f}]{flag}"
         lines.append(f"| {b} | {row['against']} | {100 * row['gap']:+.1f}{flag} | "
                      f"{row['won']} | {row['lost']} |")  # fmt: skip
-    behind = [b for b, row in verdict.items() if row["gap"] < BEHIND]
     if behind:
         lines += ["", f"SCAR is behind at B = {', '.join(behind)} on these queries. Where the "
                   "interval includes 0 the gap may be chance; where it does not, keep more hits "
