@@ -20,7 +20,8 @@ whole corpus), condition and budget B in {3, 5, 7, 10, 12, 15}, runs
 
 and prints, for each model, condition and scope (and over both scopes), the goals of issue 36
 with their gaps; then every rule measured in every model and condition (``CANDIDATES``, with
-``--rules``) by its worst gaps; then the tables. ``--swaps`` tells how often the neighbours the
+``--rules``) by its worst gaps; then what picking among those rules with hindsight could reach
+(the best rule in every cell, as if the labels were known: a ceiling for them); then the tables. ``--swaps`` tells how often the neighbours the
 default takes, and the hits they displace, hold gold evidence::
 
     python benchmarks/never_worse.py --bench /work/shared/bench --models minilm,m2v,mpnet \
@@ -588,13 +589,27 @@ def means(cell: Mapping, fragmented: Sequence[bool]) -> dict[str, dict[str, floa
 GOAL_BARS = {"never_worse": -0.5, "fragmented_gain": 2.0, "monotone": 0.0}
 
 
+def never_worse_gap(cell: Mapping, method: str) -> float:
+    """All-query recall of ``method`` minus the better of top and prevnext in one ``B`` cell,
+    in points."""
+    return float(100 * (cell[method]["all"] - max(cell["top"]["all"], cell["prevnext"]["all"])))
+
+
+def fragmented_gap(cells: Mapping, method: str) -> float:
+    """Mean fragmented recall of ``method`` over the sets of one scope and ``B`` (``set -> cell``)
+    minus the best mean of the baselines there (top, prevnext, rse), in points."""
+    mine = np.mean([c[method]["fragmented"] for c in cells.values()])
+    rivals = [m for m in ("top", "prevnext", "rse") if m in next(iter(cells.values()))]
+    best = max(np.mean([c[m]["fragmented"] for c in cells.values()]) for m in rivals)
+    return float(100 * (mine - best))
+
+
 def goals(table: Mapping, method: str, budgets: Sequence[int] = BUDGETS) -> dict[str, float]:
     """Worst gap of ``method`` on each goal over one model and condition's ``scope -> set -> B``.
 
-    * ``never_worse``: min over scope, set, B of all-query recall - max(top, prevnext) (goal >= -0.5
+    * ``never_worse``: min over scope, set, B of :func:`never_worse_gap` (goal >= -0.5 points);
+    * ``fragmented_gain``: min over scope and B >= 5 of :func:`fragmented_gap` (goal >= +2
       points);
-    * ``fragmented_gain``: min over scope and B >= 5 of the mean over sets of fragmented recall -
-      the best of the baselines' (top, prevnext, rse) means over sets (goal >= +2 points);
     * ``monotone``: min over scope, set, group of the smallest step of recall as B grows (>= 0).
     """
     worst = {"never_worse": math.inf, "fragmented_gain": math.inf, "monotone": math.inf}
@@ -608,19 +623,41 @@ def goals(table: Mapping, method: str, budgets: Sequence[int] = BUDGETS) -> dict
         for b in budgets:
             cells = {s: sets[s][str(b)] for s in sets}
             for s, cell in cells.items():
-                note("never_worse", 100 * (cell[method]["all"] - max(
-                    cell["top"]["all"], cell["prevnext"]["all"])), f"{scope} {s} B={b}")  # fmt: skip
+                note("never_worse", never_worse_gap(cell, method), f"{scope} {s} B={b}")
             if b >= 5 and cells:  # over the sets measured (all three unless said in "where")
-                mine = np.mean([c[method]["fragmented"] for c in cells.values()])
-                rivals = [m for m in ("top", "prevnext", "rse") if m in next(iter(cells.values()))]
-                best = max(np.mean([c[m]["fragmented"] for c in cells.values()]) for m in rivals)
                 sets_note = "" if len(cells) == len(SET_NAMES) else f" ({len(cells)} sets)"
-                note("fragmented_gain", 100 * (mine - best), f"{scope} B={b}{sets_note}")
+                note("fragmented_gain", fragmented_gap(cells, method), f"{scope} B={b}{sets_note}")
         for s in sets:
             for g in GROUPS:
                 series = [sets[s][str(b)][method][g] for b in budgets]
                 note("monotone", 100 * min(np.diff(series)), f"{scope} {s} {g}")
     return dict(worst) | {f"{k}_at": v for k, v in where.items()}
+
+
+def hindsight(table: Mapping, methods: Sequence[str], budgets: Sequence[int] = BUDGETS) -> dict:
+    """What picking among ``methods`` with hindsight could reach on one model and condition.
+
+    Returns:
+        ``never_worse`` and ``fragmented_gain``: the worst gap left when, at every scope, set
+        and ``B`` (fragmented gain: every scope and ``B >= 5``), the method with the best gap
+        there is taken, as if the labels were known; ``both``: the methods that meet both goals'
+        bars on their own.
+    """
+    never = min(
+        max(never_worse_gap(sets[s][str(b)], m) for m in methods)
+        for sets in table.values() for s in sets for b in budgets
+    )  # fmt: skip
+    gain = min(
+        max(fragmented_gap({s: sets[s][str(b)] for s in sets}, m) for m in methods)
+        for sets in table.values() for b in budgets if b >= 5
+    )  # fmt: skip
+    both = []
+    for m in methods:
+        g = goals(table, m, budgets)
+        if (g["never_worse"] >= GOAL_BARS["never_worse"]
+                and g["fragmented_gain"] >= GOAL_BARS["fragmented_gain"]):  # fmt: skip
+            both.append(m)
+    return {"never_worse": never, "fragmented_gain": gain, "both": both}
 
 
 def load_grid(folder: Path) -> dict:
@@ -667,6 +704,7 @@ def print_report(table: dict, extra: Sequence[str] = ()) -> None:
                           f"{g.get('fragmented_gain_at', '')} | {g['monotone']:+.1f} | "
                           f"{g.get('monotone_at', '')} |")  # fmt: skip
     print_candidates(table)
+    print_hindsight(table)
     for group in GROUPS:
         print(f"\n# Recall, {group} queries\n")
         for model, conds in table.items():
@@ -715,6 +753,41 @@ def print_candidates(table: dict) -> None:
               f"{sum(n >= GOAL_BARS['never_worse'] for n in never)} | {min(gain):+.1f} | "
               f"{np.mean(gain):+.1f} | "
               f"{min(g['monotone'] for g in gaps):+.1f} |")  # fmt: skip
+
+
+def measured_everywhere(scopes: Mapping) -> list[str]:
+    """The auction rules (not the baselines) measured at every scope, set and B of one model and
+    condition (``scope -> set -> B -> method``)."""
+    found = [set(cell) for sets in scopes.values() for cells in sets.values()
+             for cell in cells.values()]  # fmt: skip
+    return sorted(set.intersection(*found) - {"top", "prevnext", "rse"}) if found else []
+
+
+def print_hindsight(table: dict) -> None:
+    """For each model and condition: the best single rule on each goal, and what picking the best
+    rule separately in every cell, with hindsight, could reach: a ceiling for these rules."""
+    print("\n# What hindsight could reach with the rules measured (worst gaps; points)\n")
+    print(
+        "| model | condition | rules | default: never worse / fragmented gain"
+        " | best rule on never worse | best rule on fragmented gain"
+        " | best rule picked per cell: never worse / fragmented gain | rules meeting both |"
+    )
+    print("|---|---|---:|---|---|---|---|---|")
+    for model, conds in table.items():
+        for cond, scopes in conds.items():
+            tab = {sc: strip(sets) for sc, sets in scopes.items()}
+            ruled = measured_everywhere(tab)
+            gaps = {m: goals(tab, m) for m in ruled}
+            pair = {
+                m: f"{g['never_worse']:+.1f} / {g['fragmented_gain']:+.1f}" for m, g in gaps.items()
+            }
+            by_never = max(ruled, key=lambda m: gaps[m]["never_worse"])
+            by_gain = max(ruled, key=lambda m: gaps[m]["fragmented_gain"])
+            ceiling = hindsight(tab, ruled)
+            print(f"| {model} | {cond} | {len(ruled)} | {pair['budget']} | {by_never}: "
+                  f"{pair[by_never]} | {by_gain}: {pair[by_gain]} | "
+                  f"{ceiling['never_worse']:+.1f} / {ceiling['fragmented_gain']:+.1f} | "
+                  f"{', '.join(ceiling['both']) or 'none'} |")  # fmt: skip
 
 
 def swap_precision(data: Prepared, budget: int, rule: Rule) -> tuple[float, float, int]:

@@ -84,3 +84,47 @@ def test_goal_report_names_a_method_that_was_not_measured(
     entry = sweep_entry({k: v for k, v in FIRST.items() if k != "prevnext"})
     budget_sweep.print_goals([{"a": entry}], BUDGETS)
     assert "'prevnext' not measured" in capsys.readouterr().out
+
+
+def never_worse_table(extra: dict[str, dict[str, dict[int, tuple[float, float]]]]) -> dict:
+    """``scope -> set -> B -> method -> group -> recall`` (never_worse.py's shape): FIRST and
+    SECOND, and each ``extra`` method's recalls by set and B."""
+    table: dict = {"document": {}}
+    for name, recalls in (("a", FIRST), ("b", SECOND)):
+        methods = recalls | {method: by_set[name] for method, by_set in extra.items()}
+        table["document"][name] = {
+            str(b): {m: {"fragmented": v[b][0], "all": v[b][1]} for m, v in methods.items()}
+            for b in BUDGETS
+        }
+    return table
+
+
+#: A second rule: (fragmented, all) recall by set and B.
+ALT = {
+    "a": {3: (0.30, 0.38), 5: (0.50, 0.53), 7: (0.50, 0.59)},
+    "b": {3: (0.10, 0.19), 5: (0.21, 0.29), 7: (0.30, 0.37)},
+}
+
+
+def test_hindsight_takes_the_best_rule_in_every_cell() -> None:
+    table = never_worse_table({"alt": ALT})
+    ceiling = never_worse.hindsight(table, ["budget", "alt"], BUDGETS)
+    # never worse, the better of budget and alt in each cell (points):
+    # a: B=3 max(+1, -2) = +1; B=5 max(-1, +1) = +1; B=7 max(0, -1) = 0;
+    # b: B=3 max(+2, -1) = +2; B=5 max(+3, -1) = +3; B=7 max(-8, -3) = -3: the worst is -3.
+    assert ceiling["never_worse"] == pytest.approx(-3.0)
+    # fragmented gain over the sets' means: B=5 budget 0.335 - 0.335 = 0, alt 0.355 - 0.335 = +2;
+    # B=7 budget 0.445 - 0.42 = +2.5, alt 0.40 - 0.42 = -2: the worst of the better is +2.
+    assert ceiling["fragmented_gain"] == pytest.approx(2.0)
+    assert ceiling["both"] == []
+
+
+def test_hindsight_names_a_rule_that_meets_both_goals() -> None:
+    # "good" ties the better baseline on all queries everywhere and has fragmented recall 0.9.
+    good = {
+        name: {b: (0.9, max(base["top"][b][1], base["prevnext"][b][1])) for b in BUDGETS}
+        for name, base in (("a", FIRST), ("b", SECOND))
+    }
+    table = never_worse_table({"alt": ALT, "good": good})
+    assert never_worse.hindsight(table, ["budget", "alt", "good"], BUDGETS)["both"] == ["good"]
+    assert never_worse.measured_everywhere(table) == ["alt", "budget", "good"]
