@@ -58,7 +58,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -677,6 +677,13 @@ def strip(sets: Mapping) -> dict:
     return {s: {b: v for b, v in d.items() if not b.startswith("_")} for s, d in sets.items()}
 
 
+def each_condition(table: Mapping) -> Iterator[tuple[str, str, dict]]:
+    """``(model, condition, scope -> set -> B -> method -> group -> recall)`` of a loaded table."""
+    for model, conds in table.items():
+        for cond, scopes in conds.items():
+            yield model, cond, {sc: strip(sets) for sc, sets in scopes.items()}
+
+
 SHOWN = ("top", "prevnext", "rse", "budget", "fixed0.25")
 
 
@@ -688,21 +695,19 @@ def print_report(table: dict, extra: Sequence[str] = ()) -> None:
         " | fragmented gain (worst) | where | monotone (worst step) | where |"
     )
     print("|---|---|---|---|---:|---|---:|---|---:|---|")
-    for model, conds in table.items():
-        for cond, scopes in conds.items():
-            tab = {sc: strip(sets) for sc, sets in scopes.items()}
-            for chosen in [list(tab), *([sc] for sc in tab)] if len(tab) > 1 else [list(tab)]:
-                part = {sc: tab[sc] for sc in chosen}
-                label = "both" if len(chosen) > 1 else chosen[0]
-                for method in ("budget", "fixed0.25", *extra):
-                    try:
-                        g = goals(part, method)
-                    except KeyError:
-                        continue
-                    print(f"| {model} | {cond} | {label} | {method} | {g['never_worse']:+.1f} | "
-                          f"{g.get('never_worse_at', '')} | {g['fragmented_gain']:+.1f} | "
-                          f"{g.get('fragmented_gain_at', '')} | {g['monotone']:+.1f} | "
-                          f"{g.get('monotone_at', '')} |")  # fmt: skip
+    for model, cond, tab in each_condition(table):
+        for chosen in [list(tab), *([sc] for sc in tab)] if len(tab) > 1 else [list(tab)]:
+            part = {sc: tab[sc] for sc in chosen}
+            label = "both" if len(chosen) > 1 else chosen[0]
+            for method in ("budget", "fixed0.25", *extra):
+                try:
+                    g = goals(part, method)
+                except KeyError:
+                    continue
+                print(f"| {model} | {cond} | {label} | {method} | {g['never_worse']:+.1f} | "
+                      f"{g.get('never_worse_at', '')} | {g['fragmented_gain']:+.1f} | "
+                      f"{g.get('fragmented_gain_at', '')} | {g['monotone']:+.1f} | "
+                      f"{g.get('monotone_at', '')} |")  # fmt: skip
     print_candidates(table)
     print_hindsight(table)
     for group in GROUPS:
@@ -727,13 +732,9 @@ def print_report(table: dict, extra: Sequence[str] = ()) -> None:
 
 def print_candidates(table: dict) -> None:
     """Every rule measured in every model and condition, by its worst goal gaps over them."""
-    groups = [(m, c) for m, conds in table.items() for c in conds]
-    found = [
-        {meth for sets in table[m][c].values() for cells in strip(sets).values()
-         for cell in cells.values() for meth in cell}
-        for m, c in groups
-    ]  # fmt: skip
-    ruled = sorted(set.intersection(*found) - {"top", "prevnext", "rse"}) if found else []
+    groups = [tab for _, _, tab in each_condition(table)]
+    found = [set(measured_everywhere(tab)) for tab in groups]
+    ruled = sorted(set.intersection(*found)) if found else []
     print(
         f"\n# Every rule over the {len(groups)} models x conditions (worst of both scopes in each;"
         " points)\n"
@@ -744,9 +745,7 @@ def print_candidates(table: dict) -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for rule in ruled:
-        gaps = [
-            goals({sc: strip(sets) for sc, sets in table[m][c].items()}, rule) for m, c in groups
-        ]
+        gaps = [goals(tab, rule) for tab in groups]
         never = [g["never_worse"] for g in gaps]
         gain = [g["fragmented_gain"] for g in gaps]
         print(f"| {rule} | {min(never):+.1f} | {np.mean(never):+.1f} | "
@@ -773,21 +772,19 @@ def print_hindsight(table: dict) -> None:
         " | best rule picked per cell: never worse / fragmented gain | rules meeting both |"
     )
     print("|---|---|---:|---|---|---|---|---|")
-    for model, conds in table.items():
-        for cond, scopes in conds.items():
-            tab = {sc: strip(sets) for sc, sets in scopes.items()}
-            ruled = measured_everywhere(tab)
-            gaps = {m: goals(tab, m) for m in ruled}
-            pair = {
-                m: f"{g['never_worse']:+.1f} / {g['fragmented_gain']:+.1f}" for m, g in gaps.items()
-            }
-            by_never = max(ruled, key=lambda m: gaps[m]["never_worse"])
-            by_gain = max(ruled, key=lambda m: gaps[m]["fragmented_gain"])
-            ceiling = hindsight(tab, ruled)
-            print(f"| {model} | {cond} | {len(ruled)} | {pair['budget']} | {by_never}: "
-                  f"{pair[by_never]} | {by_gain}: {pair[by_gain]} | "
-                  f"{ceiling['never_worse']:+.1f} / {ceiling['fragmented_gain']:+.1f} | "
-                  f"{', '.join(ceiling['both']) or 'none'} |")  # fmt: skip
+    for model, cond, tab in each_condition(table):
+        ruled = measured_everywhere(tab)
+        gaps = {m: goals(tab, m) for m in ruled}
+        pair = {
+            m: f"{g['never_worse']:+.1f} / {g['fragmented_gain']:+.1f}" for m, g in gaps.items()
+        }
+        by_never = max(ruled, key=lambda m: gaps[m]["never_worse"])
+        by_gain = max(ruled, key=lambda m: gaps[m]["fragmented_gain"])
+        ceiling = hindsight(tab, ruled)
+        print(f"| {model} | {cond} | {len(ruled)} | {pair['budget']} | {by_never}: "
+              f"{pair[by_never]} | {by_gain}: {pair[by_gain]} | "
+              f"{ceiling['never_worse']:+.1f} / {ceiling['fragmented_gain']:+.1f} | "
+              f"{', '.join(ceiling['both']) or 'none'} |")  # fmt: skip
 
 
 def swap_precision(data: Prepared, budget: int, rule: Rule) -> tuple[float, float, int]:
