@@ -21,8 +21,9 @@ whole corpus), condition and budget B in {3, 5, 7, 10, 12, 15}, runs
 and prints, for each model, condition and scope (and over both scopes), the goals of issue 36
 with their gaps; then every rule measured in every model and condition (``CANDIDATES``, with
 ``--rules``) by its worst gaps; then what picking among those rules with hindsight could reach
-(the best rule in every cell, as if the labels were known: a ceiling for them); then the tables. ``--swaps`` tells how often the neighbours the
-default takes, and the hits they displace, hold gold evidence::
+(the best rule in every cell, as if the labels were known: a ceiling for them); then the
+tables. ``--swaps`` tells how often the neighbours the default takes, and the hits they
+displace, hold gold evidence::
 
     python benchmarks/never_worse.py --bench /work/shared/bench --models minilm,m2v,mpnet \
         --out benchmarks/results/never_worse.json
