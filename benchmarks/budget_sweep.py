@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 from keep_sweep import SETS, dev_embedder, document_vectors  # the dev sets, as in --bench
-from never_worse import GOAL_BARS, goals
+from never_worse import GOAL_BARS, bars_text, goals
 
 from scar_core import suggest_continuity_bonus
 from scar_core.cache import EmbeddingCache
@@ -176,9 +176,7 @@ def print_goals(tables: list[dict], budgets: list[int]) -> None:
     model = describe(tables[0])[0]
     table = goal_table(tables, budgets)
     scopes = [[scope] for scope in table] + ([list(table)] if len(table) > 1 else [])
-    print(
-        f"\n## goals, {model} (points: never worse >= -0.5, fragmented gain >= +2, monotone >= 0)"
-    )
+    print(f"\n## goals, {model} (points: {bars_text()})")
     for chosen in scopes:
         part = {scope: table[scope] for scope in chosen}
         try:

@@ -128,3 +128,7 @@ def test_hindsight_names_a_rule_that_meets_both_goals() -> None:
     table = never_worse_table({"alt": ALT, "good": good})
     assert never_worse.hindsight(table, ["budget", "alt", "good"], BUDGETS)["both"] == ["good"]
     assert never_worse.measured_everywhere(table) == ["alt", "budget", "good"]
+
+
+def test_the_reports_print_the_goal_bars_they_check() -> None:
+    assert never_worse.bars_text() == "never worse >= -0.5, fragmented gain >= +2, monotone >= 0"
