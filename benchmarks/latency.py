@@ -1,12 +1,16 @@
 """SCAR's query latency beside the plain retriever, on FAISS and on pgvector behind HNSW.
 
-For each backend and corpus size, ``SCARRetriever(vectorstore=store, k=10)`` (budget mode) and
-``mode="paper"`` are each timed against ``store.as_retriever(search_kwargs={"k": 10})``: one
-fresh query set per pair, both retrievers on every query in random order; the ratio of median
-latencies comes with a paired bootstrap 95% interval. The query embedding is a lookup in one
+For each backend and corpus size, each mode is timed against the plain retriever at the same
+``k`` and filter: ``SCARRetriever(vectorstore=store, k=10)`` (``budget``), ``mode="paper"``
+(``paper``), ``k=20, max_tokens=4000`` (``tokens``, against ``k=20``) and the budget mode with a
+tenant filter (``filtered``: ``search_kwargs={"filter": {"tenant": "a"}}`` on both; documents alternate
+between tenants ``"a"`` and ``"b"``). One fresh query set per pair, both retrievers on every query in
+random order; the ratio of median latencies comes with a paired bootstrap 95% interval; the
+token mode also checks that every answer fits its budget. The query embedding is a lookup in one
 ``Embeddings`` object both retrievers call once, so the figures are the retrieval alone.
 
-Corpus: documents of 20 chunks linked with ``link_chunks``, 200-character texts, unit float32
+Corpus: documents of 20 chunks linked with ``link_chunks``, texts of 400 to 2,000 characters
+(100 to 500 tokens by ``ceil(chars / 4)``), a ``tenant`` of ``"a"`` or ``"b"``, unit float32
 vectors (a random direction per document plus per-chunk noise: neighbours have cosine ~0.5).
 Each query mixes chunks of three random documents, so its hits fall in several passages. An
 untimed pass then counts SCAR's reads beyond the search (wrapping the stores' read methods in
@@ -39,10 +43,18 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
+from scar_core.settings import estimate_tokens
 from scar_langchain import SCARRetriever, link_chunks
 
 K, DIMENSION, PER_DOCUMENT, WARMUP, COUNTED = 10, 384, 20, 5, 50
-MODES: dict[str, dict[str, Any]] = {"budget": {}, "paper": {"mode": "paper"}}
+TOKEN_K, TOKEN_BUDGET = 20, 4000
+#: Each mode: SCAR's settings, the plain retriever's k, and whether the search is filtered.
+MODES: dict[str, tuple[dict[str, Any], int, bool]] = {
+    "budget": ({}, K, False),
+    "paper": ({"mode": "paper"}, K, False),
+    "tokens": ({"max_tokens": TOKEN_BUDGET}, TOKEN_K, False),
+    "filtered": ({}, K, True),
+}
 
 
 class QueryEmbeddings(Embeddings):
@@ -78,8 +90,11 @@ class Corpus:
         )
         words = vocabulary[rng.integers(0, len(vocabulary), (size, 40))]
         self.chunks = link_chunks(
-            Document(" ".join(row)[:200], metadata={"source": f"doc-{i // PER_DOCUMENT}"})
-            for i, row in enumerate(words)
+            (
+                Document(" ".join(row)[:200], metadata={"source": f"doc-{i // PER_DOCUMENT}"})
+                for i, row in enumerate(words)
+            ),
+            trust_order=True,
         )
         self.texts = [c.page_content for c in self.chunks]
         self.metadatas = [c.metadata for c in self.chunks]
@@ -187,7 +202,9 @@ def tap(owner: Any, name: str, tally: Counter[str], rows: Callable[[Any], int]) 
     setattr(owner, name, counted)
 
 
-def count_reads(backend: str, scar: SCARRetriever, queries: list[str]) -> tuple[Counter[str], int]:
+def count_reads(
+    backend: str, scar: SCARRetriever, queries: list[str], k: int
+) -> tuple[Counter[str], int]:
     """Untimed: the reader's batches and the store's read calls and rows, over ``queries``."""
     tally: Counter[str] = Counter()
     store, neighbours = scar.vectorstore, 0
@@ -201,19 +218,29 @@ def count_reads(backend: str, scar: SCARRetriever, queries: list[str]) -> tuple[
     delattr(scar._reader, "read")
     delattr(owner, method)
     if backend == "faiss":  # docstore lookups include the search's own k per query
-        tally["search"] -= K * len(queries)
-        tally["search rows"] -= K * len(queries)
+        tally["search"] -= k * len(queries)
+        tally["search rows"] -= k * len(queries)
     return tally, neighbours
 
 
+def within_budget(scar: SCARRetriever, queries: list[str]) -> None:
+    """Untimed: every answer of the token mode fits ``TOKEN_BUDGET`` (by ``ceil(chars / 4)``)."""
+    for query in queries:
+        spent = sum(estimate_tokens(d.page_content) for d in scar.invoke(query))
+        assert spent <= TOKEN_BUDGET, f"{spent} tokens over the budget of {TOKEN_BUDGET}"
+
+
 def measure(
-    backend: str, size: int, store: Any, corpus: Corpus, embeddings: QueryEmbeddings, rounds: int
-) -> tuple[list[list[str]], list[list[str]]]:
-    plain = store.as_retriever(search_kwargs={"k": K})
+    backend: str, size: int, store: Any, corpus: Corpus, embeddings: QueryEmbeddings, rounds: int,
+    modes: list[str],
+) -> tuple[list[list[str]], list[list[str]]]:  # fmt: skip
     method = "get" if backend == "pgvector" else "search"
     timing, reads = [], []
-    for mode, settings in MODES.items():
-        scar = SCARRetriever(vectorstore=store, k=K, **settings)
+    for mode in modes:
+        settings, k, filtered = MODES[mode]
+        search = {"filter": {"tenant": "a"}} if filtered else {}
+        plain = store.as_retriever(search_kwargs={"k": k, **search})
+        scar = SCARRetriever(vectorstore=store, k=k, search_kwargs=search, **settings)
         runs = {"plain": plain.invoke, "scar": scar.invoke}
         paired(runs, corpus.queries(embeddings, f"warm {mode}", WARMUP))
         samples = paired(runs, corpus.queries(embeddings, f"{backend} {mode}", rounds))
@@ -221,7 +248,9 @@ def measure(
         ratio = f"{s / p:.3f}x", interval(samples["scar"], samples["plain"])
         timing.append([backend, f"{size:,}", mode, f"{p:.3f}", f"{s:.3f}", *ratio, str(rounds)])
         counted = corpus.queries(embeddings, f"count {mode}", COUNTED)
-        tally, neighbours = count_reads(backend, scar, counted)
+        if "max_tokens" in settings:
+            within_budget(scar, counted)
+        tally, neighbours = count_reads(backend, scar, counted, k)
         cells = [tally["read"], tally[method], tally[f"{method} rows"], neighbours]
         cells = [f"{c / COUNTED:.2f}" for c in cells] + [str(embeddings.documents_embedded)]
         reads.append([backend, f"{size:,}", mode, *cells])
@@ -261,6 +290,7 @@ def main() -> None:
         "--output", type=Path, default=Path(__file__).parent / "results" / "latency.md"
     )
     parser.add_argument("--faiss-threads", type=int, default=1, help="OpenMP threads of faiss")
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     args = parser.parse_args()
     import faiss  # one thread by default: OpenMP threads on a busy machine inflate the search
 
@@ -281,10 +311,13 @@ def main() -> None:
                     store = faiss_store(corpora[size], embeddings)
                 else:
                     store = pg_store(engine, corpora[size], embeddings)
-                found = measure(backend, size, store, corpora[size], embeddings, args.rounds)
+                found = measure(
+                    backend, size, store, corpora[size], embeddings, args.rounds, args.modes
+                )
                 timing, reads = timing + found[0], reads + found[1]
     notes = [
-        f"k={K}, d={DIMENSION}, {PER_DOCUMENT} chunks per document. Ratio: median SCAR / median "
+        f"k={K} (tokens: k={TOKEN_K}, max_tokens={TOKEN_BUDGET}; filtered: tenant 'a' of two), "
+        f"d={DIMENSION}, {PER_DOCUMENT} chunks per document. Ratio: median SCAR / median "
         "plain over the same queries (each pair in random order); interval: paired bootstrap "
         f"95%. Target at 100k on FAISS: <= 1.10x. FAISS: IndexFlatIP, {args.faiss_threads} "
         "OpenMP thread(s). pgvector: HNSW (m=16, ef_construction=64, default ef_search=40); "

@@ -63,7 +63,7 @@ def chunks(count: int, seed: int = 0) -> tuple[list[str], list[str], list[dict[s
     metadatas = [
         {
             "source": f"doc-{n // CHUNKS_PER_DOCUMENT}.txt",
-            "start_index": 500 * (n % CHUNKS_PER_DOCUMENT),
+            "start_index": 18 * (n % CHUNKS_PER_DOCUMENT),  # tiles: texts of at most 17
             "topic": n % 7,
         }
         for n in range(count)

@@ -17,7 +17,8 @@ the selection is exactly what :func:`scar_core.selection.select` gives on the fu
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 
 import numpy.typing as npt
 
@@ -27,8 +28,7 @@ from scar_core.settings import BudgetSettings, PaperSettings
 
 __all__ = ["UNSTORED_HIT_PREFIX", "QueryDriver", "distinct_ids"]
 
-#: Prefix of the ids :func:`distinct_ids` makes for hits without an id of their own; the driver
-#: never asks a store for them.
+#: Prefix of the ids :func:`distinct_ids` makes for hits without an id of their own.
 UNSTORED_HIT_PREFIX = "scar-hit-"
 
 
@@ -42,8 +42,9 @@ def distinct_ids(hits: Sequence[tuple[str | None, Hashable]]) -> list[str]:
     Returns:
         The ids, in order. Hits with the same id and the same content are one chunk and share
         the id (the driver keeps the first). A hit without an id, or whose id an earlier,
-        different hit already holds, gets its own: ``"scar-hit-<rank>"``, then ``":<id>"`` if it
-        had one. So no retrieved chunk is ever merged into another and lost.
+        different hit already holds, gets one of its own for this query:
+        ``"scar-hit-<rank>:<random UUID>"``, which no stored chunk's id can equal, however its
+        ids are chosen. So no retrieved chunk is ever merged into another and lost.
     """
     first_content: dict[str, Hashable] = {}
     ids = []
@@ -51,7 +52,7 @@ def distinct_ids(hits: Sequence[tuple[str | None, Hashable]]) -> list[str]:
         if chunk_id and first_content.setdefault(chunk_id, content) == content:
             ids.append(chunk_id)
         else:
-            ids.append(f"{UNSTORED_HIT_PREFIX}{rank}" + (f":{chunk_id}" if chunk_id else ""))
+            ids.append(f"{UNSTORED_HIT_PREFIX}{rank}:{uuid.uuid4()}")
     return ids
 
 
@@ -63,6 +64,8 @@ class QueryDriver:
         hits: The retrieved chunks, best first, with whatever vectors and links the search gave.
             Only the first ``settings.k`` are used: no further hit can win a slot.
         settings: The mode and its settings.
+        unstored: Ids of hits that no store holds (those :func:`distinct_ids` made up): they
+            are never asked for.
 
     Raises:
         InvalidVectorError: If the query vector is unusable.
@@ -73,8 +76,10 @@ class QueryDriver:
         query: npt.ArrayLike,
         hits: Sequence[Chunk],
         settings: BudgetSettings | PaperSettings,
+        unstored: Collection[str] = (),
     ) -> None:
         self.query = unit_vector(query)
+        self.unstored = frozenset(unstored)
         self.settings = settings
         unique: dict[str, Chunk] = {}
         for hit in hits:
@@ -102,7 +107,7 @@ class QueryDriver:
         }
         if self.reads == 0:
             unread = [h for h in self.hit_ids if self.chunks[h].vector is None]
-            ring = {h: None for h in unread if not h.startswith(UNSTORED_HIT_PREFIX)} | ring
+            ring = {h: None for h in unread if h not in self.unstored} | ring
         self._asked = list(ring)
         if not self._asked:
             self._ring = []

@@ -34,11 +34,17 @@ def text_overlap(previous: str, current: str) -> int:
 def stitch(texts: Sequence[str], starts: Sequence[int | None] | None = None) -> str:
     """Join the texts of adjacent chunks, in document order, into one passage text.
 
+    Stitching never drops text it has not seen twice: it removes only an overlap verified in
+    the texts themselves, so every character of every chunk is in the passage.
+
     Args:
         texts: The chunk texts, in document order.
         starts: Each chunk's character offset in its document (LangChain's ``start_index``),
-            when known; it says exactly how much two chunks overlap. Without it, a repeated
-            suffix/prefix of at least :data:`MIN_TEXT_OVERLAP` characters is dropped.
+            when known. Where two offsets say the chunks overlap and the texts agree there, the
+            overlap is dropped exactly; offsets that contradict the texts (that go backwards,
+            as page offsets that restart do, or claim an overlap the texts do not share) are
+            ignored for that pair. Otherwise a repeated suffix/prefix of at least
+            :data:`MIN_TEXT_OVERLAP` characters is taken as the overlap.
 
     Returns:
         The passage text. Chunks that do not overlap are joined with a line break; where the
@@ -48,16 +54,20 @@ def stitch(texts: Sequence[str], starts: Sequence[int | None] | None = None) -> 
     if not texts:
         return ""
     offsets = list(starts) if starts is not None else [None] * len(texts)
-    parts = [texts[0]]
+    passage = texts[0]
     for (before, start_before), (text, start) in itertools.pairwise(
         zip(texts, offsets, strict=True)
     ):
-        if start_before is not None and start is not None:
+        trimmed, joiner = None, ""
+        if start_before is not None and start is not None and start >= start_before:
             end_before = start_before + len(before)
-            trimmed = min(max(end_before - start, 0), len(text))
-            joiner = "" if trimmed or start == end_before else _GAPS[min(start - end_before, 2)]
-        else:
-            trimmed = text_overlap(before, text)
+            claimed = min(max(end_before - start, 0), len(text))
+            if passage.endswith(text[:claimed]):  # the offsets agree with the texts
+                trimmed = claimed
+                gap = start - end_before
+                joiner = "" if claimed or gap <= 0 else _GAPS[min(gap, 2)]
+        if trimmed is None:
+            trimmed = text_overlap(passage, text)
             joiner = "" if trimmed else "\n"
-        parts.append(joiner + text[trimmed:])
-    return "".join(parts)
+        passage += joiner + text[trimmed:]
+    return passage

@@ -173,7 +173,8 @@ class ScarQuery:
             if query is None:
                 raise InvalidVectorError("SCAR needs the query's embedding to expand linked hits.")
             chunks = [_chunk(i, self.items[i]) for i in self.hit_ids]
-            self.driver = QueryDriver(query, chunks, settings.for_query(k))
+            unstored = [i for i, hit in zip(ids, hits, strict=True) if i != hit.id]
+            self.driver = QueryDriver(query, chunks, settings.for_query(k), unstored)
 
     def wanted(self) -> list[str]:
         """The ids to read next (``[]`` when done, or when no hit is linked)."""
@@ -245,12 +246,19 @@ class ScarQuery:
         """Each chunk's tokens, by the settings' tokenizer (default :func:`estimate_tokens`).
 
         Raises:
-            InvalidSettingsError: If the tokenizer returns anything but an integer >= 0.
+            InvalidSettingsError: If the tokenizer raises, or returns anything but an integer
+                >= 0.
         """
         count = self.settings.tokenizer or estimate_tokens
         counts: dict[str, int] = {}
         for chunk_id in ids:
-            n = count(self.items[chunk_id].text)
+            try:
+                n = count(self.items[chunk_id].text)
+            except Exception as error:
+                raise InvalidSettingsError(
+                    f"tokenizer={count!r} raised {type(error).__name__}: {error} on the text of "
+                    f"chunk {chunk_id!r}; it must take a text (str) and return its token count."
+                ) from error
             if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
                 raise InvalidSettingsError(
                     f"tokenizer returned {n!r} for chunk {chunk_id!r}; it must return the "

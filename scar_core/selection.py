@@ -65,6 +65,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from scar_core.errors import InvalidSettingsError
 from scar_core.scoring import (
     boundary_penalty,
     expansion_score,
@@ -73,7 +74,7 @@ from scar_core.scoring import (
     unit_rows,
     unit_vector,
 )
-from scar_core.settings import BudgetSettings, Direction, PaperSettings
+from scar_core.settings import MAX_AUCTION_HITS, BudgetSettings, Direction, PaperSettings
 
 __all__ = [
     "Chunk",
@@ -382,6 +383,11 @@ def budget_select(
     """
     scored = _Scored(query, chunks)
     ranked = list(dict.fromkeys(hits))[: settings.k]
+    if len(ranked) > MAX_AUCTION_HITS:
+        raise InvalidSettingsError(
+            f"{len(ranked)} retrieved chunks are more than the budget auction weighs; the limit "
+            f"is k <= {MAX_AUCTION_HITS} (its time and memory grow as k squared). Lower k."
+        )
     rank_of = {chunk_id: rank for rank, chunk_id in enumerate(ranked)}
     bids = _hit_relevance(ranked, scored)
     candidates, reach, unscored = _candidates(ranked, chunks, scored, settings)
@@ -397,20 +403,28 @@ def budget_select(
     kept = ranked[: settings.kept]
     weight = dict.fromkeys(candidates, 1)
     capacity = min(settings.k, len(candidates))
+    scale = dict.fromkeys(candidates, 1.0)  # what a chunk's bid is multiplied by
     if settings.max_tokens is not None:
         weight, kept = _token_weights(candidates, tokens, kept, settings.max_tokens)
         capacity = min(settings.max_tokens, sum(weight.values()))
+        scale = _length_scales(weight)
+        pair = {(a, b): bid * (scale[a] + scale[b]) / 2 for (a, b), bid in pair.items()}
     line = _Line(
         [c for chain in chains for c in chain],
-        [value[c] for chain in chains for c in chain],
+        [value[c] * scale[c] for chain in chains for c in chain],
         [pair[(chain[p - 1], c)] if p else 0.0 for chain in chains for p, c in enumerate(chain)],
         [weight[c] for chain in chains for c in chain],
         [c in rank_of for chain in chains for c in chain],
         [c in kept for chain in chains for c in chain],
         [p == 0 for chain in chains for p in range(len(chain))],
     )
-    auction = _Auction(line, capacity, exact=settings.max_tokens is None)
+    auction = (
+        _CountAuction(line, capacity)
+        if settings.max_tokens is None
+        else _TokenAuction(line, capacity)
+    )
     picked = auction.picked
+    gains = _flip_totals(auction, line)
     lowest = -1.0 - 2.0 * settings.lambda_  # the lowest S there is
 
     taken = [c for c in ranked if c in picked]
@@ -426,7 +440,7 @@ def budget_select(
             known = linked.get((via, chunk_id), linked.get((chunk_id, via)))
             cosine = scored.boundary_cosine(via, chunk_id) if known is None else known
             score = expansion_score(scored.relevance[chunk_id], cosine, settings.lambda_)
-            threshold = min(max(score - auction.gain(chunk_id), lowest), 1.0)  # S's range
+            threshold = _threshold(score, gains[chunk_id], scale[chunk_id], lowest)
             decision = Decision(
                 chunk_id, seed, via, direction, steps, scored.relevance[chunk_id],
                 boundary_penalty(cosine), score, threshold, chunk_id in picked,
@@ -456,6 +470,29 @@ def fill_in_order(counts: Iterable[int], limit: int) -> int:
         if total > limit:
             return max(taken - 1, 1)
     return taken
+
+
+def _length_scales(weight: Mapping[str, int]) -> dict[str, float]:
+    """Each candidate's tokens over the candidates' mean: what its bids are multiplied by.
+
+    With a budget in tokens a chunk bids its relevance per token, so that a chunk twice as long
+    as another of the same relevance bids twice as much, as it brings twice the text; a linked
+    pair's bid is scaled by its two chunks' mean. Dividing by the mean keeps bids in the units of
+    a chunk budget, where the continuity bonus is set.
+    """
+    mean = sum(weight.values()) / len(weight) if weight else 0.0
+    return {c: (w / mean if mean > 0 else 1.0) for c, w in weight.items()}
+
+
+def _threshold(score: float, gain: float, scale: float, lowest: float) -> float:
+    """The score at which a neighbour's verdict flips, all else equal, within ``S``'s range.
+
+    Its bid moves ``scale`` times as fast as its score, so the gain is divided by ``scale``; a
+    chunk of no tokens (scale 0) gains nothing from its score, so its bar is the range's end.
+    """
+    if scale > 0:
+        return min(max(score - gain / scale, lowest), 1.0)
+    return lowest if gain > 0 else 1.0
 
 
 def _token_weights(
@@ -573,6 +610,8 @@ _NONE = -math.inf
 #: Along the candidates: the chunk is not taken / taken in a run without a hit yet / taken, in a
 #: run that holds one.
 _OUT, _OPEN, _ANCHORED = 0, 1, 2
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -594,136 +633,295 @@ class _Line:
     def reversed(self) -> _Line:
         """The same line read from its end: chains and runs are the same, joins move by one."""
         n = len(self.ids)
-        ends = [p == n - 1 or self.starts[p + 1] for p in range(n)]
+        ends = self.ends()
         joins = [0.0 if ends[p] else self.joins[p + 1] for p in range(n)]
         return _Line(self.ids[::-1], self.values[::-1], joins[::-1], self.weights[::-1],
                      self.hits[::-1], self.forced[::-1], ends[::-1])  # fmt: skip
 
+    def ends(self) -> list[bool]:
+        """Whether each chunk ends its chain."""
+        n = len(self.ids)
+        return [p == n - 1 or self.starts[p + 1] for p in range(n)]
 
-def _sweep(line: _Line, capacity: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int8]]:
-    """The best totals along the line, by state and weight taken, and the moves to them.
+    def bids(self) -> FloatArray:
+        """``bids[p][before][after]``: what chunk ``p`` adds, by the states before it and its own.
 
-    ``totals[p][state][w]`` is the best total of the chunks before ``p`` weighing exactly ``w``,
-    chunk ``p - 1`` in ``state``, with every run closed so far holding a hit and every forced
-    chunk taken; ``moves[p - 1][state][w]`` is the state of chunk ``p - 2`` on that best way.
-    One pass, each step a max-plus product of the three states, vectorised over the weight.
+        ``-inf`` where the move is not allowed.
+        Leaving it closes the run before, which must then hold a hit; taking it joins the run
+        before unless ``p`` starts a chain (then the run before closes, and it opens one); a run
+        that takes a hit holds one from then on. A forced chunk cannot be left.
+        """
+        value = np.asarray(self.values, dtype=np.float64)
+        joined = value + np.asarray(self.joins, dtype=np.float64)
+        start = np.asarray(self.starts, dtype=bool)
+        hit = np.asarray(self.hits, dtype=bool)
+        leave = np.where(np.asarray(self.forced, dtype=bool), _NONE, 0.0)
+        after_open = np.where(start, _NONE, joined)
+        after_held = np.where(start, value, joined)
+        anchors = hit | ~start
+        table = np.full((len(value), 3, 3), _NONE)
+        table[:, _OUT, _OUT] = leave
+        table[:, _OUT, _OPEN] = np.where(hit, _NONE, value)
+        table[:, _OUT, _ANCHORED] = np.where(hit, value, _NONE)
+        table[:, _OPEN, _OPEN] = np.where(hit, _NONE, after_open)
+        table[:, _OPEN, _ANCHORED] = np.where(hit, after_open, _NONE)
+        table[:, _ANCHORED, _OUT] = leave
+        table[:, _ANCHORED, _OPEN] = np.where(anchors, _NONE, value)
+        table[:, _ANCHORED, _ANCHORED] = np.where(anchors, after_held, _NONE)
+        return table
+
+
+def _flip_totals(auction: _CountAuction | _TokenAuction, line: _Line) -> dict[str, float]:
+    """What taking each neighbour is worth to the best total: > 0 if taken, <= 0 if not.
+
+    It is the best total less the best total with the verdict reversed (taken: without it; left:
+    with it), signed, so that ``S > S - gain`` exactly when the neighbour is taken.
     """
-    n, size = len(line.ids), capacity + 1
-    totals = np.full((n + 1, 3, size), _NONE)
-    totals[0, _OUT, 0] = 0.0
-    moves = np.zeros((n, 3, size), dtype=np.int8)
-    for p in range(n):
-        weight = line.weights[p]
-        bids = np.array(_steps_of(line, p), dtype=np.float64)  # [before][after]
-        ways = totals[p][:, None, :] + bids[:, :, None]
-        first_two = np.maximum(ways[_OUT], ways[_OPEN])
-        best = np.maximum(first_two, ways[_ANCHORED])
-        came = np.where(ways[_ANCHORED] > first_two, _ANCHORED, ways[_OPEN] > ways[_OUT])
-        totals[p + 1, _OUT], moves[p, _OUT] = best[_OUT], came[_OUT]
-        if weight < size:  # taking the chunk moves its total ``weight`` up
-            totals[p + 1, _OPEN:, weight:] = best[_OPEN:, : size - weight]
-            moves[p, _OPEN:, weight:] = came[_OPEN:, : size - weight]
-    return totals, moves
+    flipped = auction.flipped()
+    gains: dict[str, float] = {}
+    for p, best in flipped.items():
+        loss = max(auction.total - best, 0.0)  # the best total is the best: never < 0
+        chunk_id = line.ids[p]
+        if chunk_id in auction.picked:  # a tie keeps it: it must clear its bar, if only just
+            gains[chunk_id] = loss or _TIE
+        else:
+            gains[chunk_id] = -loss
+    return gains
 
 
-def _steps_of(line: _Line, p: int) -> list[list[float]]:
-    """What chunk ``p`` adds to the total for each state of the chunk before and its own.
+class _CountAuction:
+    """The best set of exactly as many candidates as can be taken, up to ``capacity``.
 
-    Leaving it closes the run before, which must then hold a hit; taking it joins the run before
-    unless ``p`` starts a chain (then the run before closes, and it opens one); a run that takes
-    a hit holds one from then on. A forced chunk cannot be left.
-    """
-    value, join = line.values[p], line.joins[p]
-    start, hit = line.starts[p], line.hits[p]
-    leave = _NONE if line.forced[p] else 0.0
-    after_open = _NONE if start else value + join
-    after_held = value if start else value + join
-    return [
-        [leave, _NONE if hit else value, value if hit else _NONE],  # from OUT
-        [_NONE, _NONE if hit else after_open, after_open if hit else _NONE],  # from OPEN
-        [leave, _NONE if hit or not start else value, after_held if hit or not start else _NONE],
-    ]
-
-
-class _Auction:
-    """The set of candidates with the highest total bid, and what each verdict is worth.
-
-    One dynamic programme over the candidates laid end to end, chain after chain, with the weight
-    taken as a vectorised dimension. A budget of ``k`` chunks is the case where every chunk
-    weighs 1 and exactly ``k`` (or as many as can be) are taken; a budget of tokens takes any
-    weight up to the capacity. ``picked`` is the best set; :meth:`gain` tells, for a neighbour,
-    how much the best total falls if its verdict is reversed, from the totals of the passes from
-    both ends.
+    One dynamic programme over the candidates laid end to end, chain after chain: for each
+    position, state and count taken, the best total, as a numpy array over the count. The line and
+    its reverse are swept together, in one pass (the reverse gives the flip thresholds), so each
+    step is a handful of numpy calls on arrays of ``2 x 3 x 3 x (capacity + 1)``.
     """
 
-    def __init__(self, line: _Line, capacity: int, exact: bool) -> None:
-        self.line, self.exact, n = line, exact, len(line.ids)
-        self.forward, moves = _sweep(line, capacity)
+    def __init__(self, line: _Line, capacity: int) -> None:
+        self.line, n, size = line, len(line.ids), capacity + 1
+        bids = np.stack([line.bids(), line.reversed().bids()], axis=1)  # (n, 2, 3, 3)
+        stay, take = bids[:, :, :, :1, None], bids[:, :, :, 1:, None]  # to OUT; to OPEN, ANCHORED
+        # Column c holds count c - 1; column 0 is always -inf, so reading one column to the left
+        # is taking a chunk.
+        totals = np.full((n + 1, 2, 3, 1, size + 1), _NONE)
+        totals[0, :, _OUT, 0, 1] = 0.0
+        staying, taking = np.empty((2, 3, 1, size)), np.empty((2, 3, 2, size))
+        biggest = np.maximum.reduce
+        for p in range(n):
+            np.add(totals[p, :, :, :, 1:], stay[p], out=staying)
+            np.add(totals[p, :, :, :, :-1], take[p], out=taking)
+            following = totals[p + 1]
+            biggest(staying, axis=1, out=following[:, 0, :, 1:])
+            biggest(taking, axis=1, out=following[:, 1:, 0, 1:])
+        totals = totals[:, :, :, 0, 1:]
+        self.forward, self.backward, self.bids = totals[:, 0], totals[:, 1], bids[:, 0]
         final = np.maximum(self.forward[n, _OUT], self.forward[n, _ANCHORED])
-        reachable = np.flatnonzero(final > _NONE)
-        #: The weight of the best set: exactly the most that can be taken, or the best up to it.
-        self.target = int(reachable[-1]) if exact else capacity
-        weight = self.target if exact else int(np.argmax(final))
-        self.total = float(final[weight])
-        self.index = {c: p for p, c in enumerate(line.ids)}
-        self.picked: set[str] = set()
-        state = (
-            _ANCHORED
-            if self.forward[n, _ANCHORED, weight] > self.forward[n, _OUT, weight]
-            else _OUT
-        )
+        #: The count of the best set: the most that can be taken.
+        self.target = int(np.flatnonzero(final > _NONE)[-1])
+        self.total = float(final[self.target])
+        self.picked = self._trace(n)
+
+    def _trace(self, n: int) -> set[str]:
+        """Walk the best way back; ties go to the state first in ``OUT, OPEN, ANCHORED``."""
+        count, forward, picked = self.target, self.forward, set()
+        state = _ANCHORED if forward[n, _ANCHORED, count] > forward[n, _OUT, count] else _OUT
+        # The additions are the sweep's, in plain floats: the same sums to the last bit.
+        rows, bids = forward.tolist(), self.bids.tolist()
         for p in range(n - 1, -1, -1):
-            before = int(moves[p, state, weight])
+            before = count - (state != _OUT)
+            reached = rows[p + 1][state][count]
+            if state != _OUT:
+                picked.add(self.line.ids[p])
+            row, bid = rows[p], bids[p]
+            state = next(b for b in range(3) if row[b][before] + bid[b][state] == reached)
+            count = before
+        return picked
+
+    def flipped(self) -> dict[int, float]:
+        """For each neighbour's position, the best total with its verdict reversed."""
+        line, n, size = self.line, len(self.line.ids), self.target + 1
+        at = np.array([p for p in range(n) if not line.hits[p]], dtype=np.int64)
+        if not at.size:
+            return {}
+        left, right = self.forward[at, :, :size], self.backward[n - 1 - at, :, :size]
+        taken = np.array([line.ids[p] in self.picked for p in at])
+        starts = np.asarray(line.starts, dtype=bool)[at]
+        ends = np.asarray(line.ends(), dtype=bool)[at]
+        joins = np.asarray([*line.joins, 0.0], dtype=np.float64)
+        join, join_after = joins[at][:, None], joins[at + 1][:, None]
+        closed_left = np.maximum(left[:, _OUT], left[:, _ANCHORED])
+        closed_right = np.maximum(right[:, _OUT], right[:, _ANCHORED])
+        first, last = starts[:, None], ends[:, None]
+        opens = np.where(first, _NONE, left[:, _OPEN] + join)
+        holds = np.where(first, _NONE, left[:, _ANCHORED] + join)
+        goes_on = np.where(last, _NONE, right[:, _OPEN] + join_after)
+        holds_after = np.where(last, _NONE, right[:, _ANCHORED] + join_after)
+        fresh = np.where(first, closed_left, left[:, _OUT])
+        stops = np.where(last, closed_right, right[:, _OUT])
+        room = np.where(taken, self.target, self.target - 1)
+        without = _diagonal_max(closed_left, closed_right, room)
+        with_it = np.asarray(line.values, dtype=np.float64)[at] + np.maximum(
+            _diagonal_max(holds, np.maximum(np.maximum(stops, goes_on), holds_after), room),
+            _diagonal_max(np.maximum(fresh, opens), holds_after, room),
+        )
+        flipped = np.where(taken, without, with_it)
+        return dict(zip(at.tolist(), flipped.tolist(), strict=True))
+
+
+def _diagonal_max(left: FloatArray, right: FloatArray, room: IntArray) -> FloatArray:
+    """Row by row, the best ``left[i, a] + right[i, room[i] - a]`` (``-inf`` if ``room[i] < 0``)."""
+    count = np.arange(left.shape[1])
+    other = room[:, None] - count[None, :]
+    inside = other >= 0
+    picked = np.take_along_axis(right, np.clip(other, 0, left.shape[1] - 1), axis=1)
+    sums = np.where(inside, left + picked, _NONE)
+    result: FloatArray = sums.max(axis=1)
+    return result
+
+
+class _Front:
+    """The Pareto front of one state: weights never falling, totals strictly rising with them.
+
+    ``source`` and ``index`` say, for each point, the state and the point of the step before that
+    it was reached from (forward pass only).
+    """
+
+    __slots__ = ("index", "source", "totals", "weights")
+
+    def __init__(
+        self,
+        weights: IntArray,
+        totals: FloatArray,
+        source: npt.NDArray[np.int8] | None = None,
+        index: IntArray | None = None,
+    ) -> None:
+        self.weights, self.totals, self.source, self.index = weights, totals, source, index
+
+
+_EMPTY = _Front(np.zeros(0, dtype=np.int64), np.zeros(0))
+
+
+def _front_step(
+    fronts: Sequence[_Front], bids: FloatArray, weight: int, capacity: int, traced: bool
+) -> list[_Front]:
+    """The three fronts after one chunk, from the three before it and its bids."""
+    following: list[_Front] = []
+    for after in (_OUT, _OPEN, _ANCHORED):
+        shift = 0 if after == _OUT else weight
+        parts = [
+            (before, fronts[before], float(bids[before, after]))
+            for before in (_OUT, _OPEN, _ANCHORED)
+            if bids[before, after] > _NONE and fronts[before].weights.size
+        ]
+        if not parts:
+            following.append(_EMPTY)
+            continue
+        weights = np.concatenate([f.weights for _, f, _ in parts]) + shift
+        totals = np.concatenate([f.totals + bid for _, f, bid in parts])
+        if len(parts) > 1:  # by weight; keep what beats every point before it (no heavier)
+            order = np.argsort(weights, kind="stable")
+            rising = np.maximum.accumulate(totals[order])
+            keep = np.empty(order.size, dtype=bool)
+            keep[0] = True
+            np.greater(rising[1:], rising[:-1], out=keep[1:])
+            order = order[keep]
+            order = order[weights[order] <= capacity]
+        else:
+            order = np.flatnonzero(weights <= capacity)
+        source = index = None
+        if traced:
+            sizes = [f.weights.size for _, f, _ in parts]
+            source = np.repeat(np.array([b for b, _, _ in parts], dtype=np.int8), sizes)[order]
+            index = order - np.repeat(np.cumsum([0, *sizes[:-1]]), sizes)[order]
+        following.append(_Front(weights[order], totals[order], source, index))
+    return following
+
+
+class _TokenAuction:
+    """The best set of candidates whose weights (tokens) fit ``capacity``.
+
+    The same programme as :class:`_CountAuction`, but each state keeps only its Pareto front of
+    (tokens taken, best total): a lighter way to a state that is no worse makes a heavier one
+    useless, whatever follows. So nothing grows with the budget: a front holds at most as many
+    points as distinct sums of candidate tokens, and in practice a few hundred.
+    """
+
+    def __init__(self, line: _Line, capacity: int) -> None:
+        self.line, self.capacity, n = line, capacity, len(line.ids)
+        self.forward = self._sweep(line, traced=True)
+        self.backward = self._sweep(line.reversed(), traced=False)
+        ends = (self.forward[n][_OUT], self.forward[n][_ANCHORED])
+        best = [(float(f.totals[-1]), -int(f.weights[-1]), -s) if f.weights.size else
+                (_NONE, 0, -s) for s, f in zip((_OUT, _ANCHORED), ends, strict=True)]  # fmt: skip
+        self.total, _, state = max(best)
+        state = -state
+        index = ends[0 if state == _OUT else 1].weights.size - 1
+        self.picked: set[str] = set()
+        for p in range(n - 1, -1, -1):
+            front = self.forward[p + 1][state]
             if state != _OUT:
                 self.picked.add(line.ids[p])
-                weight -= line.weights[p]
-            state = before
-        self.backward = _sweep(line.reversed(), capacity)[0]
+            source, came = front.source, front.index
+            if source is None or came is None:  # pragma: no cover - the forward sweep traces
+                raise RuntimeError("the forward sweep kept no way back")
+            state, index = int(source[index]), int(came[index])
 
-    def _combine(
-        self, left: npt.NDArray[np.float64], right: npt.NDArray[np.float64], weight: int
-    ) -> float:
-        """The best ``left[a] + right[b]`` with ``a + weight + b`` the target (or at most it)."""
-        room = self.target - weight
-        if room < 0:
-            return _NONE
-        right = right if self.exact else np.maximum.accumulate(right)
-        return float(np.max(left[: room + 1] + right[room::-1]))
+    def _sweep(self, line: _Line, traced: bool) -> list[list[_Front]]:
+        start = _Front(np.zeros(1, dtype=np.int64), np.zeros(1))
+        fronts: list[list[_Front]] = [[start, _EMPTY, _EMPTY]]
+        for p, bids in enumerate(line.bids()):
+            fronts.append(_front_step(fronts[p], bids, line.weights[p], self.capacity, traced))
+        return fronts
 
-    def gain(self, chunk_id: str) -> float:
-        """What taking this neighbour is worth to the best total: > 0 if taken, <= 0 if not.
-
-        It is the best total less the best total with the verdict reversed (taken: without it;
-        left: with it), signed, so that ``S > S - gain`` exactly when the candidate is taken.
-        """
-        line, p = self.line, self.index[chunk_id]
-        left, right = self.forward[p], self.backward[len(line.ids) - 1 - p]
-        closed_left = np.maximum(left[_OUT], left[_ANCHORED])
-        closed_right = np.maximum(right[_OUT], right[_ANCHORED])
-        if chunk_id in self.picked:  # the best set without it
-            flipped = self._combine(closed_left, closed_right, 0)
-        else:  # the best set with it: its run must hold a hit on one side or the other
-            ends = p == len(line.ids) - 1 or line.starts[p + 1]
-            nothing = np.full_like(closed_left, _NONE)
-            opens, holds = (
-                (nothing, nothing) if line.starts[p]
-                else (left[_OPEN] + line.joins[p], left[_ANCHORED] + line.joins[p])
-            )  # fmt: skip
-            goes_on, holds_after = (
-                (nothing, nothing) if ends
-                else (right[_OPEN] + line.joins[p + 1], right[_ANCHORED] + line.joins[p + 1])
-            )  # fmt: skip
-            fresh = closed_left if line.starts[p] else left[_OUT]
-            stops = closed_right if ends else right[_OUT]
-            weight = line.weights[p]
-            flipped = line.values[p] + max(
-                self._combine(holds, np.maximum(np.maximum(stops, goes_on), holds_after), weight),
-                self._combine(np.maximum(fresh, opens), holds_after, weight),
+    def flipped(self) -> dict[int, float]:
+        """For each neighbour's position, the best total with its verdict reversed."""
+        line, n, result = self.line, len(self.line.ids), {}
+        ends = line.ends()
+        for p in (p for p in range(n) if not line.hits[p]):
+            left, right = self.forward[p], self.backward[n - 1 - p]
+            after = 0.0 if ends[p] else line.joins[p + 1]
+            closed_left = [(left[_OUT], 0.0), (left[_ANCHORED], 0.0)]
+            closed_right = [(right[_OUT], 0.0), (right[_ANCHORED], 0.0)]
+            if line.ids[p] in self.picked:
+                result[p] = _front_max(closed_left, closed_right, self.capacity)
+                continue
+            holds = [] if line.starts[p] else [(left[_ANCHORED], line.joins[p])]
+            opens = [] if line.starts[p] else [(left[_OPEN], line.joins[p])]
+            fresh = closed_left if line.starts[p] else [(left[_OUT], 0.0)]
+            stops = closed_right if ends[p] else [(right[_OUT], 0.0)]
+            holds_after = [] if ends[p] else [(right[_ANCHORED], after)]
+            goes_on = [] if ends[p] else [(right[_OPEN], after)]
+            room = self.capacity - line.weights[p]
+            result[p] = line.values[p] + max(
+                _front_max(holds, stops + goes_on + holds_after, room),
+                _front_max(fresh + opens, holds_after, room),
             )
-        loss = max(self.total - flipped, 0.0)  # the best total is the best: never < 0
-        if chunk_id in self.picked:  # a tie keeps it: it must clear its bar, if only just
-            return loss or _TIE
-        return -loss
+        return result
+
+
+def _front_max(
+    left: Sequence[tuple[_Front, float]], right: Sequence[tuple[_Front, float]], room: int
+) -> float:
+    """The best ``a + x + b + y``, ``a`` of a left front, ``b`` of a right one, weights <= ``room``.
+
+    ``x`` and ``y`` are what each front's points are raised by.
+    """
+    best = _NONE
+    if room < 0:
+        return best
+    for front, extra in left:
+        if not front.weights.size:
+            continue
+        for other, more in right:
+            if not other.weights.size:
+                continue
+            at = np.searchsorted(other.weights, room - front.weights, side="right") - 1
+            fits = at >= 0
+            if fits.any():
+                sums = (front.totals[fits] + extra) + (other.totals[at[fits]] + more)
+                best = max(best, float(sums.max()))
+    return best
 
 
 #: What a neighbour taken on a tie clears its bar by.

@@ -39,6 +39,10 @@ DEFAULT_LAMBDA = 0.1
 DEFAULT_GAMMA = 0.8
 #: How far a passage may grow from its retrieved chunk in budget mode; each step is one read.
 DEFAULT_BUDGET_WINDOW = 2
+#: The most retrieved chunks one budget auction weighs (``k``, budget mode). The auction solves
+#: a programme of about ``5 * k`` candidates by ``k + 1`` counts, so time and memory grow as
+#: ``k`` squared; past this limit the adapters and :func:`scar_core.select` refuse.
+MAX_AUCTION_HITS = 1000
 
 
 def default_keep(k: int) -> int:
@@ -229,10 +233,16 @@ class ScarSettings:
                     f"{name}={getattr(self, name)!r} does not apply to mode={self.mode!r}: it "
                     f"applies only to mode={other!r}; pass mode={other!r} or drop {name}."
                 )
-        if self.tokenizer is not None and (not callable(self.tokenizer) or self.max_tokens is None):
+        if self.tokenizer is not None and not callable(self.tokenizer):
             raise InvalidSettingsError(
-                f"tokenizer={self.tokenizer!r} is not valid: it must be a function of a text that "
-                "returns its token count, and it counts only with max_tokens; pass max_tokens too."
+                f"tokenizer={self.tokenizer!r} is a {type(self.tokenizer).__name__}, not a "
+                "function; pass a function of a text that returns its token count, e.g. "
+                "tokenizer=lambda text: len(encoding.encode(text)) with a tiktoken encoding."
+            )
+        if self.tokenizer is not None and self.max_tokens is None:
+            raise InvalidSettingsError(
+                f"tokenizer={self.tokenizer!r} counts tokens only for a token budget: pass "
+                "max_tokens too (e.g. max_tokens=2000), or drop tokenizer."
             )
         if self.neighbor_filter is not None and not callable(self.neighbor_filter):
             raise InvalidSettingsError(
@@ -260,6 +270,12 @@ class ScarSettings:
             InvalidSettingsError: If ``k`` or a setting is out of range.
         """
         _check_int(name, k, 1)
+        if self.mode == "budget" and k > MAX_AUCTION_HITS:
+            raise InvalidSettingsError(
+                f"{name}={k} is more retrieved chunks than the budget auction weighs; the limit "
+                f"is {name} <= {MAX_AUCTION_HITS} (its time and memory grow as {name} squared). "
+                f"Lower {name}, or use mode='paper', which expands {name} seeds one by one."
+            )
         if strict and self.mode == "budget" and self.keep is not None and self.keep > k:
             raise InvalidSettingsError(
                 f"keep={self.keep} is larger than {name}={k}; at most {name} chunks are "

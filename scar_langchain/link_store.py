@@ -27,24 +27,36 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from scar_core.errors import DataFormatError, InvalidSettingsError
-from scar_langchain.links import DOCUMENT_ID_KEY, NEXT_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY
+from scar_core.links import MAX_GAP, Span, canonical, overlap_fault
+from scar_langchain.links import (
+    CHUNK_ID_KEY,
+    DOCUMENT_ID_KEY,
+    NEXT_ID_KEY,
+    OFFSET_KEY,
+    PAGE_KEYS,
+    POSITION_KEY,
+    PREVIOUS_ID_KEY,
+    document_label,
+    key_names,
+    page_key_of,
+)
 
-__all__ = ["PAGE_KEYS", "LinkReport", "link_store"]
+__all__ = ["PAGE_KEYS", "LinkReport", "link_store", "replace_documents"]
 
 #: The keys link_store writes, in this order in a ``Links`` tuple.
 LINK_KEYS = (DOCUMENT_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY)
-#: Metadata keys that split a document into pages or sections (PyPDFLoader writes ``"page"``,
-#: Unstructured ``"page_number"``). Chunks carrying one that ``order_key`` does not name are
-#: checked: if ordering by ``order_key`` alone would interleave pages, link_store refuses.
-PAGE_KEYS = ("page", "page_number", "section")
+#: Characters of each end of a chunk's text link_store keeps, to compare where chunks overlap.
+_WINDOW = 256
 #: Chunks per read and per write (Chroma writes at most its client's max batch size).
 _PAGE = 1024
 #: Chunks per ``scroll`` (local Qdrant sorts every id on each call, so pages are large).
@@ -54,8 +66,8 @@ _PG_WRITERS = 4
 
 #: A chunk's ``(document id, position, previous id, next id)``, ``None`` where absent.
 Links = tuple[Any, ...]
-#: ``(chunk id, metadata)`` as a store holds them.
-Row = tuple[str, dict[str, Any]]
+#: ``(chunk id, metadata, text)`` as a store holds them (the text ``None`` when not read).
+Row = tuple[str, dict[str, Any], str | None]
 #: ``(chunk id, links before, links after)``: a write.
 Change = tuple[str, Links, Links]
 
@@ -69,12 +81,27 @@ class LinkReport:
         linked: Chunks that have a previous or next chunk after the run.
         changed: Chunks whose metadata it wrote (0 when the store was already linked).
         skipped: ``{chunk id: reason}`` for chunks it left unlinked (they name no document).
+        gaps: Places where a document's text is missing between two chunks (more than
+            ``max_gap`` characters, such as a deleted chunk): the chain is cut there.
     """
 
     documents: int = 0
     linked: int = 0
     changed: int = 0
-    skipped: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict, repr=False)
+    gaps: int = 0
+
+    def __str__(self) -> str:
+        """A few lines: the counts, and the first skipped chunks with their reasons."""
+        lines = [
+            f"link_store: {self.documents} documents, {self.linked} chunks linked, "
+            f"{self.changed} written, {len(self.skipped)} skipped, {self.gaps} gaps cut"
+        ]
+        shown = list(self.skipped.items())[:3]
+        lines += [f"  skipped {chunk_id!r}: {reason}" for chunk_id, reason in shown]
+        if len(self.skipped) > len(shown):
+            lines.append(f"  ... and {len(self.skipped) - len(shown)} more (report.skipped)")
+        return "\n".join(lines)
 
 
 class _Chunk(NamedTuple):
@@ -83,7 +110,8 @@ class _Chunk(NamedTuple):
     order: tuple[float, ...]
     chunk_id: str
     links: Links
-    page: tuple[str, float] | None  # (key, number) of a page key that order_key does not name
+    pages: dict[str, Any]  # the page keys that order_key does not name, as the chunk holds them
+    span: Span | None  # where it lies in its text, when order_key ends with start_index
 
 
 def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -113,9 +141,10 @@ class _Linker:
 
     batch_size = _PAGE
 
-    def __init__(self, store: Any, keys: Sequence[str]) -> None:
+    def __init__(self, store: Any, keys: Sequence[str], texts: bool = False) -> None:
         self.store = store
         self.keys = keys  # the metadata keys link_store reads
+        self.texts = texts  # whether it reads the chunks' texts
 
     def scan(self) -> tuple[int, Iterator[list[Row]]]:
         """Return how many chunks the store holds, and their rows, a page at a time."""
@@ -129,7 +158,7 @@ class _Linker:
 class _InMemoryLinker(_Linker):
     def scan(self) -> tuple[int, Iterator[list[Row]]]:
         rows = self.store.store
-        return len(rows), _batches(((i, r["metadata"]) for i, r in rows.items()), _PAGE)
+        return len(rows), _batches(((i, r["metadata"], r["text"]) for i, r in rows.items()), _PAGE)
 
     def write(self, changes: list[Change]) -> None:
         for chunk_id, _, links in changes:
@@ -141,7 +170,7 @@ class _FaissLinker(_Linker):
     def scan(self) -> tuple[int, Iterator[list[Row]]]:
         ids = self.store.index_to_docstore_id.values()
         found = ((i, self.store.docstore.search(i)) for i in ids)
-        rows = ((i, d.metadata) for i, d in found if not isinstance(d, str))
+        rows = ((i, d.metadata, d.page_content) for i, d in found if not isinstance(d, str))
         return len(ids), _batches(rows, _PAGE)
 
     def write(self, changes: list[Change]) -> None:
@@ -161,17 +190,21 @@ class _GetLinker(_Linker):
     def scan(self) -> tuple[int, Iterator[list[Row]]]:
         ids = self.store.get(include=[])["ids"]
 
+        include = ["metadatas", "documents"] if self.texts else ["metadatas"]
+
         def pages() -> Iterator[list[Row]]:
             for batch in _batches(ids, _PAGE):
-                got = self.store.get(ids=batch, include=["metadatas"])
-                yield [(str(i), m or {}) for i, m in zip(got["ids"], got["metadatas"], strict=True)]
+                got = self.store.get(ids=batch, include=include)
+                texts = got["documents"] if self.texts else [None] * len(got["ids"])
+                rows = zip(got["ids"], got["metadatas"], texts, strict=True)
+                yield [(str(i), m or {}, t) for i, m, t in rows]
 
         return len(ids), pages()
 
 
 class _ChromaLinker(_GetLinker):
-    def __init__(self, store: Any, keys: Sequence[str]) -> None:
-        super().__init__(store, keys)
+    def __init__(self, store: Any, keys: Sequence[str], texts: bool = False) -> None:
+        super().__init__(store, keys, texts)
         self.batch_size = self.store._client.get_max_batch_size()
 
     def write(self, changes: list[Change]) -> None:
@@ -211,10 +244,11 @@ class _PGVectorLinker(_GetLinker):
 class _QdrantLinker(_Linker):
     def scan(self) -> tuple[int, Iterator[list[Row]]]:
         client, name = self.store.client, self.store.collection_name
-        key = self.store.metadata_payload_key
+        key, content = self.store.metadata_payload_key, self.store.content_payload_key
         # Only the metadata keys link_store reads (all the metadata if a key needs quoting).
         simple = all(k.isidentifier() for k in self.keys)
         payload = [f"{key}.{k}" for k in self.keys] if simple else [key]
+        payload += [content] if self.texts else []
 
         def pages() -> Iterator[list[Row]]:
             offset = None
@@ -226,7 +260,10 @@ class _QdrantLinker(_Linker):
                     with_payload=payload,
                     with_vectors=False,
                 )
-                yield [(str(p.id), (p.payload or {}).get(key) or {}) for p in points]
+                yield [
+                    (str(p.id), (p.payload or {}).get(key) or {}, (p.payload or {}).get(content))
+                    for p in points
+                ]
                 if offset is None:
                     return
 
@@ -264,13 +301,13 @@ _LINKERS: dict[str, type[_Linker]] = {
 }
 
 
-def _linker_for(store: VectorStore, keys: Sequence[str]) -> _Linker:
+def _linker_for(store: VectorStore, keys: Sequence[str], texts: bool = False) -> _Linker:
     if type(store) is InMemoryVectorStore:  # a subclass may keep its rows elsewhere
-        return _InMemoryLinker(store, keys)
+        return _InMemoryLinker(store, keys, texts)
     for cls in type(store).__mro__:
         linker = _LINKERS.get(f"{cls.__module__.split('.')[0]}.{cls.__name__}")
         if linker is not None:
-            return linker(store, keys)
+            return linker(store, keys, texts)
     raise InvalidSettingsError(
         f"SCAR cannot list the chunks of a {type(store).__name__}, so it cannot link them in "
         "place; index them with scar_langchain.link_chunks(...) instead, or use a store SCAR "
@@ -295,19 +332,35 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
-def _check_order(document_id: str, chunks: list[_Chunk], keys: tuple[str, ...]) -> None:
-    """Refuse an ambiguous order: pages that ``keys`` would interleave, or equal order values."""
+def _span(metadata: dict[str, Any], text: str | None) -> Span | None:
+    start = metadata.get(OFFSET_KEY)
+    if text is None or not isinstance(start, int) or isinstance(start, bool):
+        return None
+    return Span(start, len(text), text[:_WINDOW], text[-_WINDOW:] if text else "")
+
+
+def _check_order(
+    document_id: str, chunks: list[_Chunk], keys: tuple[str, ...], max_gap: int
+) -> tuple[list[bool], int]:
+    """Refuse an ambiguous order, or chunks that do not tile one text; return the joins.
+
+    Returns:
+        For each chunk after the first, whether it continues the one before, and how many
+        gaps (text missing between two chunks) cut the chain.
+    """
     named = f"metadata[{keys[0]!r}]" if len(keys) == 1 else f"metadata{list(keys)}"
-    paged = sorted((c.page[1], c.order, c.page[0]) for c in chunks if c.page is not None)
-    if len(paged) == len(chunks):  # each chunk names its page: page by page, is keys' order kept?
-        for (_, a, key), (_, b, _) in itertools.pairwise(paged):
-            if b < a:
+    page = page_key_of(document_id, [(repr(c.chunk_id), c.pages) for c in chunks])
+    if page is not None:  # page by page, is the order of keys kept?
+        paged = sorted((c.pages[page], c.order) for c in chunks)
+        for (_, before), (_, after) in itertools.pairwise(paged):
+            if after < before:
                 raise DataFormatError(
-                    f"the chunks of document {document_id!r} carry metadata[{key!r}], and "
+                    f"the chunks of document {document_id!r} carry metadata[{page!r}], and "
                     f"ordering them by {named} alone would interleave its pages ({named} "
-                    f"restarts on each page); pass order_key=({key!r}, "
+                    f"restarts on each page); pass order_key=({page!r}, "
                     f"{', '.join(map(repr, keys))})."
                 )
+    joins, gaps = [], 0
     for first, second in itertools.pairwise(chunks):
         if first.order == second.order:
             value = first.order[0] if len(keys) == 1 else first.order
@@ -317,6 +370,23 @@ def _check_order(document_id: str, chunks: list[_Chunk], keys: tuple[str, ...]) 
                 "order_key=(...) with a key that tells them apart, such as ('page', "
                 "'start_index'), or document_key=... naming a finer document."
             )
+        joined = first.order[-1] < second.order[-1]
+        a, b = first.span, second.span
+        if joined and a is not None and b is not None:
+            if first.order[:-1] != second.order[:-1] and b.start <= max_gap:
+                joined = False  # a new page whose offsets start again
+            elif (fault := overlap_fault(a, b)) is not None:
+                raise DataFormatError(
+                    f"the chunks of document {document_id!r} do not tile one text: chunk "
+                    f"{second.chunk_id!r} {fault} ({first.chunk_id!r}), so they are not one "
+                    "document's chunks (two files, or two tenants' files, sharing "
+                    f"{document_id!r}?); pass document_key=(...) naming the keys that tell "
+                    "documents apart, such as ('source', 'tenant')."
+                )
+            elif b.start - a.end > max_gap:
+                joined, gaps = False, gaps + 1
+        joins.append(joined)
+    return joins, gaps
 
 
 class _NoBar:
@@ -339,53 +409,73 @@ def _progress(show: bool, total: int | None, description: str) -> Any:
     return _NoBar()
 
 
+def _document_of(metadata: dict[str, Any], names: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """The values of the document key a chunk holds, ``None`` if one is absent or empty."""
+    values = tuple(metadata.get(name) for name in names)
+    return None if any(v is None or v == "" for v in values) else values
+
+
 def link_store(
     vectorstore: VectorStore,
     *,
-    document_key: str = "source",
+    document_key: str | Sequence[str] = "source",
     order_key: str | Sequence[str] = "start_index",
+    max_gap: int = MAX_GAP,
     progress: bool = False,
 ) -> LinkReport:
     """Write previous/next links into the metadata of the chunks a store already holds.
 
     For stores indexed without :func:`~scar_langchain.link_chunks`, and to migrate stores linked
-    with an older id scheme. Chunks are grouped by ``metadata[document_key]`` and ordered by
-    ``metadata[order_key]`` (a tuple of keys is compared in order). Each gets the metadata
-    ``link_chunks`` writes (document id, position, previous and next ids), the ids being the
-    chunks' existing store ids, so afterwards every link names a chunk the store holds. As in
-    ``link_chunks``, the chain is cut where the last order key does not increase (where
-    ``start_index`` restarts on a new page), so each page is linked on its own.
+    with an older id scheme. Chunks are grouped by the values of ``document_key`` (a tuple of
+    keys names a composite document, such as ``("source", "tenant")``; ``1`` and ``"1"`` are two
+    documents) and ordered by ``metadata[order_key]`` (a tuple of keys is compared in order).
+    Each gets the metadata ``link_chunks`` writes (document id, position, previous and next
+    ids), the ids being the chunks' existing store ids, so afterwards every link names a chunk
+    the store holds. As in ``link_chunks``, the chain is cut where the last order key does not
+    increase (where ``start_index`` restarts on a new page), so each page is linked on its own.
 
     Only SCAR's four link keys change; texts, vectors and other metadata keys stay as they
     are. Only chunks whose links changed are written, in batches (a re-run writes nothing).
-    Memory grows with the number of chunks by a few hundred bytes each (their ids, order values
-    and links); texts and vectors are never read, except for the chunks ``PGVectorStore``
-    rewrites (see the module docstring). Chunks without ``metadata[document_key]`` are listed in
-    the report and keep their metadata, less any link naming a chunk the store does not hold.
+    Memory grows with the number of chunks by about a kilobyte each (their ids, order values,
+    links, and up to 256 characters of each end of their text); vectors are never read, except
+    for the chunks ``PGVectorStore`` rewrites (see the module docstring). Chunks without
+    ``metadata[document_key]`` keep their metadata, less any link naming a chunk the store does
+    not hold; they are listed in the report, with a warning.
 
     The order in a document must be unambiguous, or link_store refuses before writing anything:
     two chunks of a document may not share an order value, and if a document's chunks carry a
-    page key (:data:`PAGE_KEYS`) that ``order_key`` does not name, ordering them by
-    ``order_key`` alone must not interleave their pages. A PDF split with ``start_index``
-    (which restarts on each page) therefore needs ``order_key=("page", "start_index")``; the
-    error says so, rather than link_store guessing a key whose meaning it cannot know.
+    page key (:data:`PAGE_KEYS`) that ``order_key`` does not name, every chunk must hold a page
+    number there, and ordering them by ``order_key`` alone must not interleave their pages. A
+    PDF split with ``start_index`` (which restarts on each page) therefore needs
+    ``order_key=("page", "start_index")``; the error says so.
+
+    Where the last order key is ``start_index``, a document's chunks must tile one text: each
+    starts after the one before starts, ends after it ends, and holds the same characters where
+    the two overlap, else link_store refuses (two tenants' files that share a ``source`` do
+    not tile). Where more than ``max_gap`` characters lie between two chunks, text is missing
+    (a chunk was deleted, say): the chain is cut there, and counted in ``report.gaps``.
 
     Args:
         vectorstore: An ``InMemoryVectorStore``, FAISS, ``PGVectorStore``, Chroma or
             ``QdrantVectorStore`` (stores SCAR can list).
-        document_key: Metadata key naming each chunk's document (loaders write ``"source"``).
+        document_key: Metadata key, or tuple of keys, naming each chunk's document (loaders
+            write ``"source"``).
         order_key: Numeric metadata key, or tuple of keys, ordering chunks inside a document
             (splitters write ``"start_index"`` when created with ``add_start_index=True``).
+        max_gap: Characters a splitter may drop between two chunks (whitespace, separators).
         progress: Show tqdm progress bars (when tqdm is installed).
 
     Returns:
-        What was linked and written, and the chunks skipped, with reasons.
+        What was linked and written, and the chunks skipped, with reasons; ``print(report)``
+        shows a summary.
 
     Raises:
-        InvalidSettingsError: If SCAR cannot list the store's chunks (the message names it), or
-            ``order_key`` names no key.
+        InvalidSettingsError: If SCAR cannot list the store's chunks (the message names it),
+            ``order_key`` or ``document_key`` names no key, or no chunk of a non-empty store
+            holds ``metadata[document_key]``.
         DataFormatError: If a chunk with a document has no numeric order value, or the order
-            inside a document is ambiguous (the message names the document and the fix).
+            inside a document is ambiguous, or its chunks do not tile one text (the message
+            names the document and the fix).
     """
     keys = (order_key,) if isinstance(order_key, str) else tuple(order_key)
     if not keys or not all(isinstance(key, str) and key for key in keys):
@@ -393,46 +483,68 @@ def link_store(
             f"order_key={order_key!r} must be a metadata key or a tuple of them, such as "
             "'start_index' or ('page', 'start_index')."
         )
+    names = key_names(document_key)
+    if not isinstance(max_gap, int) or isinstance(max_gap, bool) or max_gap < 0:
+        raise InvalidSettingsError(f"max_gap={max_gap!r} must be an integer >= 0, such as 64.")
     page_keys = [key for key in PAGE_KEYS if key not in keys]
-    linker = _linker_for(vectorstore, [document_key, *keys, *page_keys, *LINK_KEYS])
+    texts = keys[-1] == OFFSET_KEY
+    linker = _linker_for(vectorstore, [*names, *keys, *page_keys, *LINK_KEYS], texts)
     report = LinkReport()
-    documents: dict[str, list[_Chunk]] = {}
+    documents: dict[str, tuple[str, list[_Chunk]]] = {}  # key -> (label, chunks)
     unlisted: list[tuple[str, Links]] = []  # chunks without a document that carry links
+    named = f"metadata[{names[0]!r}]" if len(names) == 1 else f"metadata{list(names)}"
     total, pages = linker.scan()
     bar = _progress(progress, total, "link_store: reading")
     for page in pages:
-        for chunk_id, metadata in page:
+        for chunk_id, metadata, text in page:
             links = tuple(metadata.get(key) for key in LINK_KEYS)
-            document = metadata.get(document_key)
-            if document is None or document == "":
-                report.skipped[chunk_id] = f"no metadata[{document_key!r}] names its document"
+            values = _document_of(metadata, names)
+            if values is None:
+                report.skipped[chunk_id] = f"no {named} names its document"
                 if links[2] is not None or links[3] is not None:
                     unlisted.append((chunk_id, links))
                 continue
-            paged = next(((k, metadata[k]) for k in page_keys if _number(metadata.get(k))), None)
-            chunk = _Chunk(_order(chunk_id, metadata, keys), chunk_id, links, paged)
-            documents.setdefault(str(document), []).append(chunk)
+            paged = {k: metadata[k] for k in page_keys if metadata.get(k) not in (None, "")}
+            span = _span(metadata, text) if texts else None
+            chunk = _Chunk(_order(chunk_id, metadata, keys), chunk_id, links, paged, span)
+            key = json.dumps(canonical(list(values)))
+            documents.setdefault(key, (document_label(values), []))[1].append(chunk)
         bar.update(len(page))
-    for document_id, chunks in documents.items():
-        chunks.sort(key=lambda chunk: chunk.order)
-        _check_order(document_id, chunks, keys)
     bar.close()
+    if report.skipped and not documents:
+        raise InvalidSettingsError(
+            f"document_key={document_key!r} names no chunk's document: none of the "
+            f"{len(report.skipped)} chunks holds {named}. Pass document_key=... naming the "
+            "metadata key your loader wrote (LangChain's loaders write 'source')."
+        )
+    joins: dict[str, list[bool]] = {}
+    for key, (label, chunks) in documents.items():
+        chunks.sort(key=lambda chunk: chunk.order)
+        joins[key], gaps = _check_order(label, chunks, keys, max_gap)
+        report.gaps += gaps
     report.documents = len(documents)
+    if report.skipped:
+        examples = ", ".join(map(repr, list(report.skipped)[:3]))
+        warnings.warn(
+            f"link_store left {len(report.skipped)} of {total} chunks unlinked: they hold no "
+            f"{named} (such as {examples}); report.skipped lists them all.",
+            UserWarning,
+            stacklevel=2,
+        )
 
     def changes() -> Iterator[Change]:
-        for document_id, chunks in documents.items():
+        for key, (label, chunks) in documents.items():
             ids = [None, *(chunk.chunk_id for chunk in chunks), None]
-            joins = [False, *(a.order[-1] < b.order[-1] for a, b in itertools.pairwise(chunks))]
-            joins.append(False)
+            joined = [False, *joins[key], False]
             for position, chunk in enumerate(chunks):
-                previous_id = ids[position] if joins[position] else None
-                next_id = ids[position + 2] if joins[position + 1] else None
+                previous_id = ids[position] if joined[position] else None
+                next_id = ids[position + 2] if joined[position + 1] else None
                 report.linked += previous_id is not None or next_id is not None
-                links = (document_id, position, previous_id, next_id)
+                links = (label, position, previous_id, next_id)
                 if links != chunk.links:
                     yield chunk.chunk_id, chunk.links, links
         if unlisted:  # drop links that name chunks the store does not hold
-            known = {c.chunk_id for chunks in documents.values() for c in chunks}
+            known = {c.chunk_id for _, chunks in documents.values() for c in chunks}
             known |= report.skipped.keys()
             for chunk_id, old in unlisted:
                 kept = tuple(i if i in known else None for i in old[2:])
@@ -446,3 +558,67 @@ def link_store(
         bar.update(len(batch))
     bar.close()
     return report
+
+
+def replace_documents(
+    vectorstore: VectorStore,
+    chunks: Sequence[Document],
+    *,
+    document_key: str | Sequence[str] = "source",
+) -> list[str]:
+    """Store a new version of documents, then delete the chunks SCAR linked for older ones.
+
+    Re-ingesting an edited document gives its chunks new ids (:func:`link_chunks` derives them
+    from the whole document), so its old chunks would stay in the store. This adds ``chunks``
+    (as ``link_chunks`` returned them; those the store holds already are not added again) with
+    ``vectorstore.add_documents``, then deletes, with
+    the store's public ``delete``, every chunk that holds the same ``document_key`` values as
+    one of them, was created by ``link_chunks`` (its ``scar_chunk_id`` is its store id) and is
+    not among the new chunks. Chunks SCAR did not create are never deleted.
+
+    Args:
+        vectorstore: A store SCAR can list (see :func:`link_store`).
+        chunks: Every chunk of the new versions, from :func:`link_chunks`.
+        document_key: The ``document_key`` they were linked with.
+
+    Returns:
+        The ids of the chunks it deleted.
+
+    Raises:
+        DataFormatError: If a chunk was not linked by :func:`link_chunks`, or holds no
+            ``metadata[document_key]``.
+        InvalidSettingsError: If SCAR cannot list the store's chunks.
+    """
+    names = key_names(document_key)
+    new: dict[str, Document] = {}
+    replaced: set[str] = set()
+    for index, chunk in enumerate(chunks):
+        metadata = chunk.metadata or {}
+        values = _document_of(metadata, names)
+        if chunk.id is None or metadata.get(CHUNK_ID_KEY) != chunk.id or values is None:
+            raise DataFormatError(
+                f"chunk {index} (id {chunk.id!r}) is not as link_chunks returns it, with its id "
+                f"in metadata[{CHUNK_ID_KEY!r}] and its document in metadata{list(names)}; pass "
+                f"link_chunks(..., document_key={document_key!r})'s chunks."
+            )
+        new[chunk.id] = chunk
+        replaced.add(json.dumps(canonical(list(values))))
+    held, stale = set(), []
+    _, pages = _linker_for(vectorstore, [*names, CHUNK_ID_KEY]).scan()
+    for page in pages:
+        for chunk_id, metadata, _ in page:
+            held.add(chunk_id)
+            values = _document_of(metadata, names)
+            if (
+                chunk_id not in new
+                and metadata.get(CHUNK_ID_KEY) == chunk_id
+                and values is not None
+                and json.dumps(canonical(list(values))) in replaced
+            ):
+                stale.append(chunk_id)
+    added = [chunk_id for chunk_id in new if chunk_id not in held]
+    if added:
+        vectorstore.add_documents([new[i] for i in added], ids=added)
+    if stale:
+        vectorstore.delete(stale)
+    return stale

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -17,6 +18,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_vali
 from scar_core.cache import EmbeddingCache
 from scar_core.errors import (
     InvalidSettingsError,
+    MissingQueryError,
     NeighborFetchError,
     settings_error_in,
     unfilterable_store_error,
@@ -25,7 +27,7 @@ from scar_core.passages import stitch
 from scar_core.query import Fallback, Found, Placed, ScarQuery, warn_once
 from scar_core.settings import DEFAULT_K, ScarSettings, take_settings
 from scar_langchain import links as lk
-from scar_langchain.stores import StoreReader, reader_for
+from scar_langchain.stores import NOT_RESTRICTING, RESTRICTING, StoreReader, reader_for
 
 __all__ = ["SCARRetriever"]
 
@@ -38,6 +40,16 @@ _HINTS = {
     "similarity_top_k": "SCARRetriever's budget is k=...",
     "search_type": "to put SCAR after MMR, hybrid search or a reranker, pass that retriever "
     "as retriever=... (SCAR then reads vectors and neighbours from vectorstore)",
+}
+#: First stages SCAR sees into, by exact class: the attribute holding the retrievers they search
+#: with. Their own steps (fusing ranks, reranking, rewording the query) never widen what the
+#: retrievers inside may return, so their filters are theirs. Any other first stage is opaque.
+_SEES_INTO = {
+    "langchain_classic.retrievers.ensemble.EnsembleRetriever": "retrievers",
+    "langchain_classic.retrievers.contextual_compression.ContextualCompressionRetriever": (
+        "base_retriever"
+    ),
+    "langchain_classic.retrievers.multi_query.MultiQueryRetriever": "retriever",
 }
 
 
@@ -66,13 +78,19 @@ class SCARRetriever(BaseRetriever):
             ``embeddings`` embed the query.
         retriever: A first stage to take the hits from instead of the store's similarity
             search, in its order: hybrid search (``EnsembleRetriever``), a reranker
-            (``ContextualCompressionRetriever``), MMR. Its hits that ``vectorstore`` does not
-            hold are kept, and never expanded. If it filters through a ``VectorStoreRetriever``,
-            ``search_kwargs`` must hold the same filter, which SCAR applies to neighbours.
+            (``ContextualCompressionRetriever``), ``MultiQueryRetriever``, MMR. Its hits that
+            ``vectorstore`` does not hold under their ids are kept, never expanded, and warned
+            about once. SCAR sees the filter of a ``vectorstore.as_retriever(...)`` inside those
+            three, and ``search_kwargs`` must hold the same one. Around anything else (BM25, a
+            retriever of your own, another store) ``search_kwargs`` must state the filter the
+            first stage searches with, ``{}`` for none, or SCAR refuses.
         k: Chunks returned (budget mode) or seeds expanded (paper mode). Default 4.
         search_kwargs: Passed to the store's search, e.g. ``{"filter": ...}``; the filter
-            restricts every neighbour SCAR reads too (see "Filters").
-        merge_passages: Return each passage as one stitched Document.
+            restricts every neighbour SCAR reads too (see "Filters"). A misspelled name, or a
+            filter in a form the store's search does not take, is refused.
+        merge_passages: Return each passage as one stitched Document. Its metadata keeps only
+            the keys on which all its chunks agree, its ``start_index`` is its first chunk's,
+            and ``scar_chunks`` lists each chunk's own metadata and trace.
         **settings: The rest of :class:`scar_core.ScarSettings` (``mode``, ``lambda_``,
             ``keep``, ``continuity_bonus``, ``gamma``, ``window``, ``direction``,
             ``neighbor_filter``, ``allow_unfiltered_neighbors``); kept in ``retriever.settings``.
@@ -85,6 +103,9 @@ class SCARRetriever(BaseRetriever):
         filter excludes counts as missing, and the passage ends there. On any other store, a
         search argument that may restrict the search is refused with the two ways forward
         (``neighbor_filter`` or ``allow_unfiltered_neighbors``), never dropped silently.
+        Per call, ``invoke`` takes ``k``, the arguments the store's reader applies and those that
+        never restrict a search (``fetch_k``, ``score_threshold``, ...); any other name is
+        refused, a misspelling with the nearest name.
 
     Instantiate:
         .. code-block:: python
@@ -102,8 +123,11 @@ class SCARRetriever(BaseRetriever):
             docs = retriever.invoke("...", k=5)  # another budget for one call
             docs = retriever.invoke("...", filter=tenant_filter)  # search_kwargs | kwargs
 
+            bm25 = BM25Retriever.from_documents(chunks)  # the chunks, with the store's ids
             hybrid = EnsembleRetriever(retrievers=[bm25, vectorstore.as_retriever()])
-            retriever = SCARRetriever(vectorstore=vectorstore, retriever=hybrid, k=8)
+            retriever = SCARRetriever(
+                vectorstore=vectorstore, retriever=hybrid, search_kwargs={}, k=8
+            )  # BM25 has no filter SCAR can see: search_kwargs states it ({} for none)
 
     Use within a chain:
         .. code-block:: python
@@ -156,6 +180,7 @@ class SCARRetriever(BaseRetriever):
                 "the query; create the store with an Embeddings object."
             )
         self._reader = reader_for(self.vectorstore)
+        self._check_names(self.search_kwargs, per_call=False)
         self._check_filter(self.search_kwargs)
         self._check_first_stage()
         store = type(self.vectorstore).__name__
@@ -173,6 +198,7 @@ class SCARRetriever(BaseRetriever):
 
     def _check_filter(self, search: dict[str, Any]) -> None:
         """Refuse search arguments that restrict the search but that SCAR cannot apply to reads."""
+        self._reader.check(search)
         unapplied = self._reader.unapplied(search)
         allowed = self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors
         if unapplied and not allowed:
@@ -182,15 +208,63 @@ class SCARRetriever(BaseRetriever):
                 f"it applies {known} of the search's arguments to reads by id, not {unapplied}",
             )
 
-    def _check_first_stage(self) -> None:
-        """Refuse a first stage that filters with another filter than the neighbours' reads."""
-        mine = self.search_kwargs.get("filter")
-        for theirs in _first_stage_filters(self.retriever):
-            if theirs is not mine and theirs != mine:
+    def _check_names(self, search: dict[str, Any], per_call: bool) -> None:
+        """Refuse a misspelled search argument, and per call any argument not on the allow-list.
+
+        Per call, ``invoke`` takes ``k``, the arguments the store's reader applies to neighbour
+        reads, and those that never restrict a search; a restricting argument of another store
+        (``filter``, ``where_document``) then meets :meth:`_check_filter`.
+        """
+        takes = ["k", *sorted(self._reader.applies), *sorted(NOT_RESTRICTING)]
+        for name, value in search.items():
+            if name in takes or (name in RESTRICTING and per_call):
+                continue
+            near = difflib.get_close_matches(name, takes, n=1, cutoff=0.6)
+            if near and name not in RESTRICTING:
+                where = "invoke()" if per_call else "search_kwargs"
                 raise InvalidSettingsError(
-                    f"the first stage searches with filter={theirs!r}, but SCARRetriever would "
-                    f"read neighbours with filter={mine!r}; pass SCARRetriever(search_kwargs="
-                    "{'filter': <the same filter>}) so that neighbours are read under it too."
+                    f"{where} got {name}={value!r}, which is not an argument SCARRetriever "
+                    f"knows; did you mean {near[0]}?"
+                )
+            if per_call:
+                raise InvalidSettingsError(
+                    f"invoke() got {name}={value!r}, which SCARRetriever does not pass on: per "
+                    f"call it takes {', '.join(takes)}. Pass other search arguments in "
+                    "SCARRetriever(search_kwargs={...}), where SCAR checks that it can apply "
+                    "them to the neighbours it reads."
+                )
+
+    def _check_first_stage(self) -> None:
+        """Refuse a first stage whose filter SCAR cannot see or that differs from the neighbours'.
+
+        SCAR sees into a ``VectorStoreRetriever`` of ``vectorstore`` and into the first stages of
+        ``_SEES_INTO`` around such retrievers. Around anything else (BM25, a user's own
+        retriever, another store) it cannot know the filter, so ``search_kwargs`` must state it,
+        ``{}`` for none; it is never assumed that there is none.
+        """
+        if self.retriever is None:
+            return
+        seen, opaque = _first_stage_parts(self.retriever, self.vectorstore)
+        if opaque and "search_kwargs" not in self.model_fields_set:
+            raise InvalidSettingsError(
+                f"SCARRetriever cannot see which filter the first stage searches with: "
+                f"{', '.join(opaque)} is not a retriever it can look into (it sees into "
+                "vectorstore.as_retriever(...), and EnsembleRetriever, "
+                "ContextualCompressionRetriever and MultiQueryRetriever around such "
+                "retrievers). Neighbours are read under search_kwargs' filter, so state it: "
+                "SCARRetriever(vectorstore=..., retriever=..., search_kwargs={'filter': <the "
+                "filter the first stage searches with>}), or search_kwargs={} if it searches "
+                "without a filter."
+            )
+        mine = _restricting(self.search_kwargs)
+        for leaf in seen:
+            theirs = _restricting(leaf.search_kwargs)
+            if theirs != mine:
+                raise InvalidSettingsError(
+                    f"the first stage searches with {_arguments(theirs)}, but SCARRetriever "
+                    f"would read neighbours with {_arguments(mine)}; pass SCARRetriever("
+                    f"search_kwargs={theirs!r}) so that neighbours are read under the same "
+                    "filter."
                 )
 
     # The sync and async shells: search, read what the query asks for, render.
@@ -198,36 +272,53 @@ class SCARRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        k, search = self._call(kwargs)
+        k, search = self._call(query, kwargs)
         vector = self.vectorstore.embeddings.embed_query(query)  # type: ignore[union-attr]
         if self.retriever is not None:
             hits = self.retriever.invoke(query, config={"callbacks": run_manager.get_child()})
         else:
             hits = self.vectorstore.similarity_search_by_vector(vector, k=k, **search)
-        scar = self._query(vector, hits, k)
+        scar, missing = self._query(vector, hits, k), set()
         while ids := scar.wanted():
-            scar.receive(self._read(ids, search))
+            found = self._read(ids, search)
+            missing.update(set(ids) - {f.id for f in found})
+            scar.receive(found)
+        self._check_held(scar, hits, missing)
         return self._render(scar.placed())
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        k, search = self._call(kwargs)
+        k, search = self._call(query, kwargs)
         vector = await self.vectorstore.embeddings.aembed_query(query)  # type: ignore[union-attr]
         if self.retriever is not None:
             config = {"callbacks": run_manager.get_child()}
             hits = await self.retriever.ainvoke(query, config=config)  # type: ignore[arg-type]
         else:
             hits = await self.vectorstore.asimilarity_search_by_vector(vector, k=k, **search)
-        scar = self._query(vector, hits, k)
+        scar, missing = self._query(vector, hits, k), set()
         while ids := scar.wanted():
-            await scar.areceive(await self._aread(ids, search))
+            found = await self._aread(ids, search)
+            missing.update(set(ids) - {f.id for f in found})
+            await scar.areceive(found)
+        self._check_held(scar, hits, missing)
         return self._render(scar.placed())
 
     # The steps both shells share.
 
-    def _call(self, kwargs: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """Return one call's budget and search arguments (``search_kwargs | kwargs``, k apart)."""
+    def _call(self, query: Any, kwargs: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Return one call's budget and search arguments (``search_kwargs | kwargs``, k apart).
+
+        Raises:
+            MissingQueryError: If ``query`` is not a non-empty string.
+            InvalidSettingsError: For a setting or an argument that may not change per call.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise MissingQueryError(
+                f"SCARRetriever got {query!r} ({type(query).__name__}) as the query; it needs "
+                "the question as a non-empty string: retriever.invoke('How long is CCTV "
+                "footage kept?')."
+            )
         settings = sorted(set(kwargs) & set(ScarSettings.names()) - {"k"})
         if settings:
             raise InvalidSettingsError(
@@ -235,6 +326,7 @@ class SCARRetriever(BaseRetriever):
                 "(other keyword arguments go to the search, as search_kwargs do). Set the "
                 "others on the retriever."
             )
+        self._check_names(kwargs, per_call=True)
         if self.retriever is not None and set(kwargs) - {"k"}:
             raise InvalidSettingsError(
                 f"invoke() got {sorted(set(kwargs) - {'k'})}, which cannot reach the first "
@@ -262,6 +354,31 @@ class SCARRetriever(BaseRetriever):
                 stacklevel=5,
             )
         return scar
+
+    def _check_held(self, scar: ScarQuery, hits: list[Document], missing: set[str]) -> None:
+        """Warn once if first-stage hits lack an id the store holds: SCAR cannot expand them.
+
+        A hit is matched to its stored chunk by id only: a store has no general read by text,
+        and a text the store holds more than once (boilerplate, two tenants' copies of a file)
+        names no single chunk.
+        """
+        if self.retriever is None or not scar.linked:
+            return
+        ids = [lk.chunk_id_of(d) for d in hits]
+        outside = [d for d, i in zip(hits, ids, strict=True) if i is None or i in missing]
+        if outside:
+            store = type(self.vectorstore).__name__
+            named = ", ".join(repr(lk.chunk_id_of(d)) for d in outside[:3])
+            warn_once(
+                "hits outside the store",
+                self.vectorstore,
+                f"{type(self.retriever).__name__} returned {len(outside)} of {len(hits)} hits "
+                f"with no id that {store} holds under the search's filter (ids {named}), so "
+                "SCAR keeps them but cannot expand them. Build the first stage from the "
+                "documents the store holds, with their ids: the link_chunks output you added, "
+                "or, after link_store, the store's own documents (vectorstore.get_by_ids(ids)).",
+                stacklevel=4,
+            )
 
     def _read(self, ids: list[str], search: dict[str, Any]) -> list[Found]:
         try:
@@ -297,25 +414,72 @@ class SCARRetriever(BaseRetriever):
             seed = next((p for p in members if p.chunk_id == best.trace["scar_seed_id"]), best)
             starts = [p.found.metadata.get("start_index") for p in members]
             usable = [s if isinstance(s, int) else None for s in starts]
-            metadata = {k: v for k, v in seed.found.metadata.items() if k not in _CHUNK_KEYS}
+            metadata = _shared([p.found.metadata for p in members])
+            metadata |= {"start_index": starts[0]} if usable[0] is not None else {}
             metadata |= {k: best.trace[k] for k in ("scar_expanded", "scar_embedded")}
             metadata |= {"scar_passage": number, "scar_score": seed.trace["scar_score"]}
-            metadata |= {"scar_chunk_ids": [p.chunk_id for p in members], "start_index": starts[0]}
+            metadata |= {"scar_chunk_ids": [p.chunk_id for p in members]}
+            metadata |= {"scar_chunks": [dict(p.found.metadata) | p.trace for p in members]}
             text = stitch([p.found.text for p in members], usable)
             out.append(Document(page_content=text, metadata=metadata))
         return out
 
 
-def _first_stage_filters(retriever: BaseRetriever | None) -> list[Any]:
-    """The filters of the vector store retrievers inside a first stage (ensembles, rerankers)."""
-    found, stack = [], [retriever]
+def _shared(chunks: list[Any]) -> dict[str, Any]:
+    """The metadata on which every chunk of a passage agrees, less what is each chunk's own."""
+    first, others = chunks[0], chunks[1:]
+    return {
+        key: value
+        for key, value in first.items()
+        if key not in _CHUNK_KEYS and all(key in m and _same(m[key], value) for m in others)
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two metadata values are equal (values whose ``==`` is not a bool: if identical)."""
+    try:
+        return a is b or (type(a) is type(b) and bool(a == b))
+    except (TypeError, ValueError):  # an array's == is elementwise
+        return False
+
+
+def _first_stage_parts(
+    retriever: BaseRetriever, store: VectorStore
+) -> tuple[list[VectorStoreRetriever], list[str]]:
+    """The retrievers of ``store`` a first stage searches with, and its parts SCAR cannot see into.
+
+    Returns:
+        The vector store retrievers of ``store`` found through the first stages of
+        ``_SEES_INTO``, and each other part, named with the first stages around it.
+    """
+    seen: list[VectorStoreRetriever] = []
+    opaque: list[str] = []
+    stack: list[tuple[Any, str]] = [(retriever, "")]
     while stack:
-        current = stack.pop()
-        if isinstance(current, VectorStoreRetriever):
-            found += [current.search_kwargs["filter"]] if "filter" in current.search_kwargs else []
-        stack += list(getattr(current, "retrievers", None) or [])
-        stack += [base] if (base := getattr(current, "base_retriever", None)) is not None else []
-    return found
+        current, around = stack.pop()
+        kind = type(current)
+        children = _SEES_INTO.get(f"{kind.__module__}.{kind.__qualname__}")
+        if kind is VectorStoreRetriever and current.vectorstore is store:
+            seen.append(current)
+        elif children is not None:
+            inner = getattr(current, children)
+            inside = f" in {kind.__name__}{around}"
+            stack += [(c, inside) for c in (inner if isinstance(inner, list) else [inner])]
+        elif kind is VectorStoreRetriever:
+            other = type(current.vectorstore).__name__
+            opaque.append(f"a VectorStoreRetriever of another store ({other}){around}")
+        else:
+            opaque.append(f"{kind.__name__}{around}")
+    return seen, opaque
+
+
+def _restricting(search: dict[str, Any]) -> dict[str, Any]:
+    """The search arguments that may restrict what a search returns (all but k and ranking)."""
+    return {k: v for k, v in search.items() if k != "k" and k not in NOT_RESTRICTING}
+
+
+def _arguments(search: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in search.items()) or "no filter"
 
 
 def _hit(document: Document, vector: Any = None) -> Found:

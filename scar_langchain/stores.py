@@ -17,25 +17,27 @@ QdrantVectorStore      ``client.scroll`` with the search's ``filter`` and a ``Ha
 any other store        ``get_by_ids``, without vectors, and with no filter it can apply
 =====================  ==========================================================================
 
-A reader lists the ``search_kwargs`` it applies (:attr:`StoreReader.applies`); any other key that
-may restrict what a search returns is reported by :meth:`StoreReader.unapplied`, and the
-retriever refuses to read neighbours past it. ``docs/stores.md`` has the matrix.
+A reader lists the ``search_kwargs`` it applies (:attr:`StoreReader.applies`) and the form each
+must have (:meth:`StoreReader.check`); any other key that may restrict what a search returns is
+reported by :meth:`StoreReader.unapplied`, and the retriever refuses to read neighbours past it.
+``docs/stores.md`` has the matrix.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
+from scar_core.errors import InvalidSettingsError
 from scar_core.query import warn_once
 
-__all__ = ["NOT_RESTRICTING", "Rows", "StoreReader", "reader_for"]
+__all__ = ["NOT_RESTRICTING", "RESTRICTING", "Rows", "StoreReader", "reader_for"]
 
 #: What a read returns: ``{chunk id: (document, stored vector or None)}``.
 Rows = dict[str, tuple[Document, Any]]
@@ -45,6 +47,16 @@ Rows = dict[str, tuple[Document, Any]]
 NOT_RESTRICTING = frozenset(
     {"fetch_k", "score_threshold", "search_params", "consistency", "offset", "lambda_mult"}
 )
+#: Search keyword arguments that restrict which chunks a search returns, on the stores SCAR has a
+#: reader for; on any other store they are refused unless the user opts out.
+RESTRICTING = frozenset({"filter", "where_document"})
+
+#: A form a search argument must have: its name, the form in words, and a test of a value.
+Form = tuple[str, str, Callable[[Any], bool]]
+
+
+def _a_dict(name: str) -> Form:
+    return (name, "a dict, as the store's search takes it", lambda value: isinstance(value, dict))
 
 
 def _found(rows: Iterable[tuple[Any, str | None, dict[str, Any] | None, Any]]) -> Rows:
@@ -66,9 +78,25 @@ class StoreReader:
     in_process = False
     #: The search keyword arguments this reader applies to every read, as the search does.
     applies: frozenset[str] = frozenset()
+    #: The form each of :attr:`applies` must have (``None`` always means "not given").
+    forms: tuple[Form, ...] = ()
 
     def __init__(self, store: VectorStore) -> None:
         self.store: Any = store
+
+    def check(self, search_kwargs: dict[str, Any]) -> None:
+        """Refuse a search argument this reader applies but whose form the store does not take.
+
+        Raises:
+            InvalidSettingsError: Naming the store, the argument, its value and the form.
+        """
+        for name, form, takes in self.forms:
+            value = search_kwargs.get(name)
+            if value is not None and not takes(value):
+                raise InvalidSettingsError(
+                    f"{type(self.store).__name__} searches with {name}={value!r}, which is not "
+                    f"{form}; pass {name}=<{form}>, the same in search_kwargs and per call."
+                )
 
     def unapplied(self, search_kwargs: dict[str, Any]) -> list[str]:
         """Return the keys of ``search_kwargs`` that may restrict a search but not this read."""
@@ -96,6 +124,7 @@ class StoreReader:
 class _InMemoryReader(StoreReader):
     in_process = True
     applies = frozenset({"filter"})
+    forms = (("filter", "a function of a Document (lambda doc: ... -> bool)", callable),)
 
     def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         rows = self.store.store
@@ -108,6 +137,13 @@ class _InMemoryReader(StoreReader):
 class _FaissReader(StoreReader):
     in_process = True
     applies = frozenset({"filter"})
+    forms = (
+        (
+            "filter",
+            "a dict of metadata conditions or a function of a chunk's metadata",
+            lambda value: isinstance(value, dict) or callable(value),
+        ),
+    )
     _rows: tuple[int, int, dict[str, int]] = (0, -1, {})  # (mapping's id, size, chunk id -> row)
 
     def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
@@ -159,28 +195,111 @@ def _from_get(result: dict[str, Any]) -> Rows:
 
 
 class _PGVectorReader(StoreReader):
-    """``get`` by ids; its ``where`` takes the search's ``filter`` through the same clause builder."""
+    """``get`` by ids; its ``where`` takes the search's ``filter`` through the same clause builder.
+
+    A link can name an id the table's id column cannot hold (``"not-a-uuid"`` in a ``UUID``
+    column): PostgreSQL then refuses the whole read with a data error. The ids it refuses, each
+    asked alone (PostgreSQL, not SCAR, judges what the column holds), count as missing, are
+    remembered, and are warned about once.
+    """
 
     applies = frozenset({"filter"})
+    forms: tuple[Form, ...] = (_a_dict("filter"),)
+
+    def __init__(self, store: VectorStore) -> None:
+        super().__init__(store)
+        #: Ids the store's id column cannot hold, found by :meth:`_refuse`.
+        self.refused: set[str] = set()
 
     def _where(self, search_kwargs: dict[str, Any]) -> dict[str, Any]:
         return {"where": search_kwargs.get("filter")}
 
     def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
+        wanted = [i for i in ids if i not in self.refused]
+        if not wanted:
+            return {}
         where = self._where(search_kwargs)
-        return _from_get(self.store.get(ids=list(ids), include=_GET_INCLUDE, **where))
+        try:
+            return _from_get(self.store.get(ids=wanted, include=_GET_INCLUDE, **where))
+        except Exception as error:
+            if not _data_error(error):
+                raise
+            if not self._refuse([i for i in wanted if not self._holds(i)], error):
+                raise
+        return self.read(wanted, search_kwargs)  # again, without the ids the column refused
 
     async def aread(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         if not hasattr(self.store, "aget"):  # Chroma
             return await asyncio.to_thread(self.read, ids, search_kwargs)
+        wanted = [i for i in ids if i not in self.refused]
+        if not wanted:
+            return {}
         where = self._where(search_kwargs)
-        return _from_get(await self.store.aget(ids=list(ids), include=_GET_INCLUDE, **where))
+        try:
+            return _from_get(await self.store.aget(ids=wanted, include=_GET_INCLUDE, **where))
+        except Exception as error:
+            if not _data_error(error):
+                raise
+            if not self._refuse([i for i in wanted if not await self._aholds(i)], error):
+                raise
+        return await self.aread(wanted, search_kwargs)
+
+    def _holds(self, chunk_id: str) -> bool:
+        """Whether the id column can hold ``chunk_id``: PostgreSQL's answer to a read of it alone."""
+        try:
+            self.store.get(ids=[chunk_id], include=[])
+        except Exception as error:
+            if _data_error(error):
+                return False
+            raise
+        return True
+
+    async def _aholds(self, chunk_id: str) -> bool:
+        """Async :meth:`_holds`."""
+        try:
+            await self.store.aget(ids=[chunk_id], include=[])
+        except Exception as error:
+            if _data_error(error):
+                return False
+            raise
+        return True
+
+    def _refuse(self, refused: list[str], error: Exception) -> bool:
+        """Count ``refused`` as missing from now on, and warn once; whether there were any.
+
+        If there were none, the data error was not about the ids (a filter comparing a column
+        with a value of another type, say), and the caller raises it.
+        """
+        if not refused:
+            return False
+        self.refused.update(refused)
+        named = ", ".join(repr(i if len(i) <= 40 else i[:40] + "...") for i in refused[:3])
+        warn_once(
+            "unholdable ids",
+            self.store,
+            f"{type(self.store).__name__}'s id column cannot hold the ids {named} that chunk "
+            f"links name ({str(error).splitlines()[0]}), so SCAR counts those neighbours as "
+            "missing. Relink the chunks with scar_langchain.link_store(vectorstore), which "
+            "writes links naming the ids the store holds.",
+            stacklevel=2,
+        )
+        return True
+
+
+def _data_error(error: Exception) -> bool:
+    """Whether PostgreSQL refused a value (SQLSTATE class 22, which SQLAlchemy calls DataError)."""
+    try:
+        from sqlalchemy.exc import DataError
+    except ImportError:  # not a PostgreSQL store
+        return False
+    return isinstance(error, DataError)
 
 
 class _ChromaReader(_PGVectorReader):
     """``get`` by ids with the search's ``filter`` as ``where`` and its ``where_document``."""
 
     applies = frozenset({"filter", "where_document"})
+    forms: tuple[Form, ...] = (_a_dict("filter"), _a_dict("where_document"))
 
     def _where(self, search_kwargs: dict[str, Any]) -> dict[str, Any]:
         where = {"where": search_kwargs.get("filter")}
@@ -192,10 +311,17 @@ def _point_id(chunk_id: str) -> int | str:
     return int(chunk_id) if chunk_id.isdigit() else chunk_id
 
 
+def _qdrant_filter(value: Any) -> bool:
+    from qdrant_client import models
+
+    return isinstance(value, models.Filter)
+
+
 class _QdrantReader(StoreReader):
     """``scroll`` over the points that have one of the ids and match the search's ``filter``."""
 
     applies = frozenset({"filter"})
+    forms = (("filter", "a qdrant_client.models.Filter", _qdrant_filter),)
 
     def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         from qdrant_client import models

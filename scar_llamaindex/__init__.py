@@ -4,7 +4,7 @@ Install with ``pip install 'scar-retrieval[llamaindex]'``::
 
     from scar_llamaindex import SCARNodePostprocessor
 
-    scar = SCARNodePostprocessor.from_index(index)
+    scar = SCARNodePostprocessor.from_index(index, filters=None)  # the search is unfiltered
     query_engine = index.as_query_engine(similarity_top_k=5, node_postprocessors=[scar])
 """
 

@@ -8,8 +8,10 @@ and lets :class:`scar_core.query.ScarQuery` decide which of them continue the ev
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from llama_index.core import Settings, VectorStoreIndex
@@ -20,6 +22,7 @@ from llama_index.core.bridge.pydantic import (
     PrivateAttr,
     ValidationError,
     field_serializer,
+    field_validator,
     model_validator,
 )
 from llama_index.core.data_structs.data_structs import IndexDict
@@ -43,8 +46,11 @@ from scar_llamaindex.reads import StoreReader, links_of, reader_for
 
 __all__ = ["SCARNodePostprocessor"]
 
-#: Store-specific filters a retriever may pass in ``vector_store_kwargs`` (Chroma, Qdrant).
-_STORE_FILTERS = {"where", "where_document", "qdrant_filters"}
+#: How ``VectorIndexRetriever`` searches: a subclass that overrides one may search otherwise.
+_SEARCH_METHODS = (
+    "_retrieve", "_aretrieve", "_build_vector_store_query", "_get_nodes_with_embeddings",
+    "_aget_nodes_with_embeddings",
+)  # fmt: skip
 #: What users bring from retrievers and LangChain, and what SCAR takes instead.
 _HINTS = {
     "k": "SCARNodePostprocessor's count is top_n=... (LlamaIndex's name)",
@@ -75,15 +81,19 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     boundary_penalty, score and threshold), ``scar_expanded`` and ``scar_embedded``. A hit keeps
     its score; a neighbour's score is its cosine to the query.
 
-    Filters: SCAR never returns a node the search itself could not return. ``filters`` must be
-    the ``MetadataFilters`` the retriever searches with: ``from_retriever(retriever)`` takes them
-    from the retriever, ``from_index(index, filters=...)`` takes them as given. Every neighbour is
-    read with them, as the store's own search applies them (SimpleVectorStore, Chroma, Qdrant,
-    PGVector; see :mod:`scar_llamaindex.reads`), and a neighbour the index no longer holds (e.g.
-    after ``index.delete_nodes``) is not read either: either way the passage ends before it.
-    Where SCAR cannot apply the filters (FAISS, another store, a filter form the store's
-    conversion refuses), it refuses to be built, unless ``neighbor_filter`` or
-    ``allow_unfiltered_neighbors=True`` says what to do instead.
+    Filters: SCAR never returns a node the search itself could not return. A postprocessor never
+    sees the retriever, so it must be told how the search is restricted: ``from_retriever
+    (retriever)`` takes the retriever's ``filters``, ``node_ids``, ``doc_ids`` and
+    ``vector_store_kwargs``; ``from_index(index, filters=...)`` and the constructor take
+    ``filters`` as given, and require them (``filters=None`` says the search is unfiltered).
+    Every neighbour is read with them, as the store's own search applies them (SimpleVectorStore,
+    Chroma, Qdrant, PGVector; see :mod:`scar_llamaindex.reads`), and a neighbour the index does not
+    hold (another index's node in a shared vector store, or one deleted with
+    ``index.delete_nodes``) is not read either: either way the passage ends before it. Where SCAR
+    cannot apply a restriction (filters on FAISS or another store, a filter form the store's
+    conversion refuses, a ``vector_store_kwargs`` name outside the store's allow-list, a store
+    option such as PGVector's ``customize_query_fn``), it refuses to be built, unless
+    ``neighbor_filter`` or ``allow_unfiltered_neighbors=True`` says what to do instead.
 
     Args:
         docstore: Where nodes are read when the vector store keeps no text (the index's docstore).
@@ -93,15 +103,20 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         embed_model: Embeds the query when the ``QueryBundle`` has no embedding, and nodes whose
             embedding no store gives. Default: ``Settings.embed_model``, looked up only if needed.
         top_n: Nodes returned (budget) or seeds (paper); default: as many as received.
-        filters: The retriever's ``MetadataFilters``, applied to every neighbour read.
+        filters: The retriever's ``MetadataFilters``, applied to every neighbour read; required
+            (``None``: the search is unfiltered).
+        vector_store_kwargs: The retriever's ``vector_store_kwargs``: applied to the reads where
+            the store takes them (Qdrant's ``shard_identifier``), accepted where they only rank
+            the search, refused otherwise. Required for a Qdrant store with custom sharding.
         embedding_cache: Cache of the embeddings computed for nodes without stored vectors.
         **settings: The rest of :class:`scar_core.ScarSettings` (``mode``, ``lambda_``, ``keep``,
             ``continuity_bonus``, ``gamma``, ``window``, ``direction``, ``neighbor_filter``,
             ``allow_unfiltered_neighbors``); kept in ``settings``. An unknown name is refused.
 
     Raises:
-        InvalidSettingsError: If a setting is unknown, out of range or of the other mode, or if
-            SCAR cannot apply ``filters`` and neither ``neighbor_filter`` nor
+        InvalidSettingsError: If a setting is unknown, out of range or of the other mode, if
+            ``filters`` is not given or is not ``MetadataFilters``, or if SCAR cannot apply the
+            search's restrictions and neither ``neighbor_filter`` nor
             ``allow_unfiltered_neighbors`` is given.
 
     Examples:
@@ -110,7 +125,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         from scar_llamaindex import SCARNodePostprocessor
 
         index = VectorStoreIndex.from_documents(documents)  # node parsers link the nodes
-        scar = SCARNodePostprocessor.from_index(index)
+        scar = SCARNodePostprocessor.from_index(index, filters=None)  # an unfiltered search
         query_engine = index.as_query_engine(similarity_top_k=5, node_postprocessors=[scar])
         response = query_engine.query("How long is CCTV footage kept?")
 
@@ -148,7 +163,13 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     filters: MetadataFilters | None = Field(
         default=None,
         description="The retriever's metadata filters, applied to every neighbour read; they "
-        "must be the ones the retriever searches with.",
+        "must be the ones the retriever searches with, and must be given (None: unfiltered).",
+    )
+    vector_store_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        exclude=True,
+        description="The retriever's vector_store_kwargs: applied to neighbour reads, or known "
+        "not to narrow the search, or refused.",
     )
     settings: ScarSettings = Field(
         default_factory=ScarSettings,
@@ -184,10 +205,23 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def from_index(cls, index: VectorStoreIndex, **kwargs: Any) -> SCARNodePostprocessor:
         """Build the postprocessor on an index's docstore, vector store and embed model.
 
+        A neighbour is read only if the index holds it (see :mod:`scar_llamaindex.reads`).
+
         Args:
             index: The index whose retriever gives the nodes.
-            **kwargs: Any other setting, e.g. ``mode="paper"``, ``top_n=5`` or ``filters=...``.
+            **kwargs: ``filters=``, required: the ``MetadataFilters`` the retriever searches
+                with, or ``None`` if its search is unfiltered; and any other setting, e.g.
+                ``mode="paper"``, ``top_n=5`` or ``vector_store_kwargs=...``.
+
+        Raises:
+            TypeError: If ``index`` is not a ``VectorStoreIndex``.
+            InvalidSettingsError: See the class.
         """
+        if not isinstance(index, VectorStoreIndex):
+            raise TypeError(
+                f"from_index takes a VectorStoreIndex, not {type(index).__name__}; for a "
+                "retriever, use SCARNodePostprocessor.from_retriever(retriever)."
+            )
         stores = {
             "docstore": index.docstore,
             "vector_store": index.vector_store,
@@ -200,11 +234,13 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def from_retriever(cls, retriever: BaseRetriever, **kwargs: Any) -> SCARNodePostprocessor:
         """Build the postprocessor on a retriever's index, embed model and search restrictions.
 
-        Neighbours are then read with the retriever's ``filters``, and kept only within its
+        Neighbours are then read with the retriever's ``filters`` and ``vector_store_kwargs``
+        (an allow-list per store, see :mod:`scar_llamaindex.reads`), and kept only within its
         ``node_ids`` (``index.as_retriever`` passes the index's nodes) and ``doc_ids``, if set.
-        ``VectorIndexRetriever`` has no public accessor for these in llama-index-core 0.14, so
-        they are read from its ``_index``, ``_embed_model``, ``_filters``, ``_node_ids`` and
-        ``_doc_ids``.
+        Its query mode, ``alpha``, ``sparse_top_k`` and ``hybrid_top_k`` rank the search and do
+        not narrow it. ``VectorIndexRetriever`` has no public accessor for these in
+        llama-index-core 0.14, so they are read from its ``_index``, ``_embed_model``,
+        ``_filters``, ``_kwargs``, ``_node_ids`` and ``_doc_ids``.
 
         Args:
             retriever: The ``VectorIndexRetriever`` whose nodes the postprocessor receives
@@ -213,10 +249,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
 
         Raises:
             TypeError: If ``retriever`` is not a ``VectorIndexRetriever``.
-            InvalidSettingsError: If ``filters`` is passed (the retriever's are taken), or if the
-                retriever filters with a store-specific filter in ``vector_store_kwargs``, or its
-                filters cannot be applied (see the class), and neither ``neighbor_filter`` nor
-                ``allow_unfiltered_neighbors`` is given.
+            InvalidSettingsError: If ``filters`` or ``vector_store_kwargs`` is passed (the
+                retriever's are taken), if the retriever overrides how it searches, or if its
+                restrictions cannot be applied (see the class) and neither ``neighbor_filter``
+                nor ``allow_unfiltered_neighbors`` is given.
         """
         if not isinstance(retriever, VectorIndexRetriever):
             raise TypeError(
@@ -224,25 +260,35 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 f"{type(retriever).__name__}; for another retriever, use "
                 "SCARNodePostprocessor.from_index(index, filters=<the filters it searches with>)."
             )
-        if "filters" in kwargs:
+        for name in ("filters", "vector_store_kwargs"):
+            if name in kwargs:
+                raise InvalidSettingsError(
+                    f"from_retriever takes the retriever's own {name}, so {name}=... cannot be "
+                    f"passed too; give them to the retriever (index.as_retriever({name}=...)) or "
+                    f"use SCARNodePostprocessor.from_index(index, {name}=...)."
+                )
+        changed = [  # the class that defines each (a method read off a class is a new object)
+            name
+            for name in _SEARCH_METHODS
+            if next(c for c in type(retriever).__mro__ if name in vars(c))
+            is not VectorIndexRetriever
+        ]
+        if changed:
             raise InvalidSettingsError(
-                "from_retriever takes the retriever's own filters, so filters=... cannot be "
-                "passed too; give them to the retriever (index.as_retriever(filters=...)) or use "
-                "SCARNodePostprocessor.from_index(index, filters=...)."
+                f"from_retriever reads the restrictions VectorIndexRetriever searches with, but "
+                f"{type(retriever).__name__} overrides {changed}, so its search may be restricted "
+                "in ways SCAR cannot see; use SCARNodePostprocessor.from_index(index, "
+                "filters=<the filters it searches with>), with neighbor_filter=... for any other "
+                "restriction."
             )
-        built = {"embed_model": retriever._embed_model, "filters": retriever._filters}
+        built = {
+            "embed_model": retriever._embed_model,
+            "filters": retriever._filters,
+            "vector_store_kwargs": dict(retriever._kwargs),
+        }
         scar = cls.from_index(retriever._index, **(built | kwargs))
         scar._node_ids = frozenset(retriever._node_ids) if retriever._node_ids else None
         scar._doc_ids = frozenset(retriever._doc_ids) if retriever._doc_ids else None
-        native = sorted(_STORE_FILTERS & set(retriever._kwargs))
-        if native and not (
-            scar.settings.neighbor_filter or scar.settings.allow_unfiltered_neighbors
-        ):
-            raise unfilterable_store_error(
-                type(retriever._vector_store).__name__,
-                f"the retriever filters with vector_store_kwargs {native}, a store-specific "
-                "filter SCAR does not apply (pass the filter as MetadataFilters instead)",
-            )
         return scar
 
     @model_validator(mode="before")
@@ -263,10 +309,44 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             )
         return data
 
+    @field_validator("filters", mode="before")
+    @classmethod
+    def _metadata_filters(cls, value: Any) -> Any:
+        if value is None or isinstance(value, MetadataFilters):
+            return value
+        if isinstance(value, Mapping):
+            with contextlib.suppress(ValidationError):
+                return MetadataFilters.model_validate(value)  # its own data, as to_dict gives
+        raise InvalidSettingsError(
+            f"SCARNodePostprocessor got filters={value!r}, which is not MetadataFilters; pass "
+            "the filters the retriever searches with, e.g. MetadataFilters(filters=["
+            "MetadataFilter(key='tenant', value='t1')]) (from llama_index.core.vector_stores), "
+            "or filters=None if its search is unfiltered."
+        )
+
+    @field_validator("vector_store_kwargs", mode="before")
+    @classmethod
+    def _kwargs_mapping(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise InvalidSettingsError(
+            f"SCARNodePostprocessor got vector_store_kwargs={value!r}, which is not a dict; pass "
+            "the retriever's vector_store_kwargs, e.g. {'shard_identifier': 't1'}, or {}."
+        )
+
     @model_validator(mode="after")
     def _check_stores(self) -> SCARNodePostprocessor:
         if self.top_n is not None:
             self.settings.for_query(self.top_n, strict=True, name="top_n")  # keep <= top_n
+        if "filters" not in self.model_fields_set:
+            raise InvalidSettingsError(
+                "SCARNodePostprocessor must be told the filters the search uses: a postprocessor "
+                "never sees the retriever, and a neighbour read without them could be a node the "
+                "search may not return. State them, SCARNodePostprocessor.from_index(index, "
+                "filters=<the retriever's filters, or None>) (None: the search is unfiltered; "
+                "the constructor takes filters=... alike), or build it with "
+                "SCARNodePostprocessor.from_retriever(retriever), which takes the retriever's own."
+            )
         reader = self._reader_now()
         if reader.store is None:
             held = "no vector store" if self.vector_store is None else "a vector store that "
@@ -274,7 +354,15 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             raise InvalidSettingsError(
                 f"SCARNodePostprocessor has no docstore and {held}, so it cannot read neighbour "
                 "nodes; pass docstore=index.docstore and vector_store=index.vector_store, or "
-                "build it with SCARNodePostprocessor.from_index(index)."
+                "build it with SCARNodePostprocessor.from_index(index, filters=...)."
+            )
+        needed = reader.kwargs_needed()
+        given = self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors
+        if needed and "vector_store_kwargs" not in self.model_fields_set and not given:
+            raise unfilterable_store_error(
+                reader.name,
+                f"{needed}; state the search's vector_store_kwargs (vector_store_kwargs={{}} for "
+                "a search of every shard), or build it with from_retriever(retriever)",
             )
         return self
 
@@ -285,7 +373,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
 
     def _reader_now(self) -> StoreReader:
         """The reader of the current stores and filters, refused if it cannot filter."""
-        stores = (self.docstore, self.vector_store, self.index_struct, self.filters)
+        stores = (
+            self.docstore, self.vector_store, self.index_struct, self.filters,
+            self.vector_store_kwargs,
+        )  # fmt: skip
         if self._reader is None or any(map(operator.is_not, self._reader.stores, stores)):
             reader = reader_for(*stores)  # built again if a store or the filters were replaced
             why = reader.unfilterable()
@@ -301,6 +392,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         """Return the selected nodes, reading neighbours with the stores' sync APIs."""
+        _checked(query_bundle)
         vector = None
         if linked(hits := [_found(n.node) for n in nodes]):
             bundle = _required(query_bundle)
@@ -321,6 +413,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         """Return the selected nodes, reading neighbours with the stores' async APIs."""
+        _checked(query_bundle)
         vector = None
         if linked(hits := [_found(n.node) for n in nodes]):
             bundle = _required(query_bundle)
@@ -457,11 +550,44 @@ def _model_key(model: BaseEmbedding) -> str:
     return f"{type(model).__module__}.{type(model).__qualname__}/{model.model_name}"
 
 
+#: How the errors about the query say what to pass.
+_ASK = 'e.g. query_str="How long is CCTV footage kept?"'
+
+
+def _checked(query_bundle: QueryBundle | None) -> None:
+    """Refuse a query that is not text with SCAR's own error, not one deep in an embedder."""
+    if query_bundle is None:
+        return
+    if not isinstance(query_bundle, QueryBundle):
+        raise MissingQueryError(
+            f"SCARNodePostprocessor got query_bundle={query_bundle!r}, which is not a "
+            f"QueryBundle; pass the question as query_str=..., {_ASK}."
+        )
+    if not isinstance(query_bundle.query_str, str):
+        raise MissingQueryError(
+            f"SCARNodePostprocessor got query_str={query_bundle.query_str!r}, which is not a "
+            f"question (a str); pass the question as text, {_ASK}."
+        )
+
+
 def _required(query_bundle: QueryBundle | None) -> QueryBundle:
+    """The query, which SCAR embeds unless it carries its embedding: refused if it is empty."""
     if query_bundle is None:
         raise MissingQueryError(
             "SCARNodePostprocessor needs the query: pass query_str=... or query_bundle=... to "
             "postprocess_nodes (query engines pass it themselves)."
+        )
+    texts = query_bundle.embedding_strs
+    empty = not texts or any(not isinstance(t, str) or not t.strip() for t in texts)
+    if not query_bundle.embedding and empty:
+        given = (
+            f"custom_embedding_strs={query_bundle.custom_embedding_strs!r}"
+            if query_bundle.custom_embedding_strs is not None
+            else f"query_str={query_bundle.query_str!r}"
+        )
+        raise MissingQueryError(
+            f"SCARNodePostprocessor got {given}, which is empty, so it has no question to "
+            f"embed; pass the question, {_ASK}, or a QueryBundle with its embedding."
         )
     return query_bundle
 

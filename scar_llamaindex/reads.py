@@ -2,21 +2,39 @@
 
 A :class:`StoreReader`, chosen by the vector store's type (a subclass counts; no store package is
 imported here but Chroma's filter converter, when a Chroma store is read), reads nodes by id in one
-batched call, keeps only those the index still holds and the search's ``MetadataFilters`` admit,
-and finds their stored vectors:
+batched call, keeps only those the index holds and the search's restrictions admit, and finds
+their stored vectors.
 
-- ``SimpleVectorStore``: nodes from the docstore, kept if the vector store still holds them and
-  its metadata passes the filters as ``SimpleVectorStore.query`` evaluates them
-  (``build_metadata_filter_fn``); vectors by ``vector_store.get(id)``.
+What the index holds: where the vector store keeps no text (Simple, FAISS), the nodes its
+``index_struct`` maps, as its retriever searches only those; two indexes sharing one
+``StorageContext`` (one vector store) hold only their own nodes. Where the vector store keeps the
+text (Chroma, Qdrant, PGVector), the index keeps no map and its search covers the whole
+collection or table, so that is what it holds.
+
+The search's restrictions: its ``MetadataFilters``, and its ``vector_store_kwargs``, taken from an
+allow-list per store: a name the reader applies to its reads, or one that only ranks or tunes the
+search and cannot narrow it. Any other name, and a store option that narrows its searches, make
+:meth:`StoreReader.unfilterable` say why SCAR refuses:
+
+- ``SimpleVectorStore``: nodes from the docstore, kept if the index maps them, the vector store
+  still holds them and their metadata passes the filters as ``SimpleVectorStore.query`` evaluates
+  them (``build_metadata_filter_fn``); vectors by ``vector_store.get(id)``. Takes
+  ``mmr_threshold``.
 - ``FaissVectorStore``: nodes from the docstore, kept if the index's ``index_struct`` maps them;
   vectors by the FAISS index's ``reconstruct_batch`` at those rows. It cannot filter.
 - ``ChromaVectorStore``: both by its collection's ``get(ids, where=<the filters in Chroma's
   form>, include=["embeddings", ...])`` (its ``get_nodes`` gives no vectors); async, in a thread.
-- ``QdrantVectorStore``, ``PGVectorStore``: ``get_nodes(node_ids=..., filters=...)``, or their own
-  ``aget_nodes`` (a worker thread once that fails: Qdrant with a sync client).
+  Takes ``mmr_threshold``, ``mmr_prefetch_factor`` and ``mmr_prefetch_k``.
+- ``QdrantVectorStore``: ``get_nodes(node_ids=..., filters=..., shard_identifier=...)``, or its
+  own ``aget_nodes`` (a worker thread once that fails: a sync client only). Takes
+  ``shard_identifier`` (applied) and ``search_params``. A store sharded by custom shard keys
+  needs the search's ``vector_store_kwargs`` stated.
+- ``PGVectorStore``: ``get_nodes(node_ids=..., filters=...)`` or ``aget_nodes``. Takes
+  ``ivfflat_probes``, ``hnsw_ef_search`` and the ``mmr_*`` names; a store built with
+  ``customize_query_fn`` is refused (its reads by id do not pass through it).
 - Any other store: ``get_nodes`` (nodes that carry their embeddings), or the docstore (nodes kept
-  if the ``index_struct`` maps them); it cannot filter. Texts of nodes without a stored vector are
-  embedded, once, through the cache.
+  if the ``index_struct`` maps them); it cannot filter, and takes no ``vector_store_kwargs``.
+  Texts of nodes without a stored vector are embedded, once, through the cache.
 
 What no store gives a vector for, :class:`scar_core.query.ScarQuery` embeds (once, cached).
 """
@@ -25,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -64,10 +82,15 @@ class StoreReader:
         index_struct: The index's map of vector store ids to node ids: a node read from the
             docstore that it does not map is no longer in the index, and is left out.
         filters: The search's filters; empty ones count as none.
+        search_kwargs: The search's ``vector_store_kwargs``.
     """
 
     #: Whether the reader applies ``filters`` to what it reads.
     filterable: ClassVar[bool] = False
+    #: The ``vector_store_kwargs`` the reader passes on to its reads of the store.
+    applied_kwargs: ClassVar[frozenset[str]] = frozenset()
+    #: The ``vector_store_kwargs`` that only rank or tune the store's search, never narrow it.
+    ranking_kwargs: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
@@ -75,11 +98,13 @@ class StoreReader:
         vector_store: BasePydanticVectorStore | None,
         index_struct: IndexDict | None = None,
         filters: MetadataFilters | None = None,
+        search_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        self.stores = (docstore, vector_store, index_struct, filters)
+        self.stores = (docstore, vector_store, index_struct, filters, search_kwargs)
         self.vector_store: Any = vector_store
         self.index_struct = index_struct
         self.filters = filters if filters is not None and filters.filters else None
+        self.search_kwargs: Mapping[str, Any] = search_kwargs or {}
         # Nodes are read from a vector store that keeps text, else from the docstore.
         self.store: Any = vector_store if getattr(vector_store, "stores_text", False) else docstore
         #: The error of the store's ``aget_nodes``, after which the sync read stands in for it.
@@ -92,6 +117,34 @@ class StoreReader:
         return type(self.vector_store if self.vector_store is not None else self.store).__name__
 
     def unfilterable(self) -> str | None:
+        """Why the search's restrictions cannot be applied to the reads; ``None`` if they can be.
+
+        Checked in turn: the ``vector_store_kwargs`` against the reader's allow-list, the store's
+        own options, the filters.
+        """
+        known = self.applied_kwargs | self.ranking_kwargs
+        refused = sorted(set(self.search_kwargs) - known)
+        if refused:
+            return (
+                f"the search passes vector_store_kwargs {refused}, which SCAR neither applies to "
+                "its reads nor knows to leave the search unrestricted (it takes "
+                f"{sorted(known) or 'none'} from {self.name}; pass a filter as MetadataFilters "
+                "instead)"
+            )
+        return self._narrowing_option() or self._filters_refused()
+
+    def kwargs_needed(self) -> str | None:
+        """Why the store's searches may carry ``vector_store_kwargs`` that narrow them, if so.
+
+        A postprocessor built without the retriever must then be told them.
+        """
+        return None
+
+    def _narrowing_option(self) -> str | None:
+        """The store's own option that narrows its searches but not SCAR's reads, if any."""
+        return None
+
+    def _filters_refused(self) -> str | None:
         """Why the filters cannot be applied to this reader's reads; ``None`` if they can be."""
         if self.filters is None or self.filterable:
             return None
@@ -152,33 +205,39 @@ class StoreReader:
         return [n for n in nodes if self.holds(n.node_id)]
 
     def _filter_kwargs(self) -> dict[str, Any]:
+        applied = {k: v for k, v in self.search_kwargs.items() if k in self.applied_kwargs}
         if self.filters is None or not self.filterable:
-            return {}
+            return applied
         # Nested under AND: QdrantVectorStore.get_nodes adds its id condition to the filter's
         # top-level ``should``, where an OR filter's conditions would admit any id.
-        return {"filters": MetadataFilters(filters=[self.filters], condition=FilterCondition.AND)}
+        nested = MetadataFilters(filters=[self.filters], condition=FilterCondition.AND)
+        return {"filters": nested, **applied}
 
 
 class _SimpleReader(StoreReader):
     """Nodes from the docstore, kept as ``SimpleVectorStore.query`` would find them.
 
-    A node is kept if the vector store still holds it and its stored metadata passes the filters
-    (``build_metadata_filter_fn``, as the query uses); vectors by ``vector_store.get``, in process.
+    A node is kept if the index maps it (another index may share the vector store), the vector
+    store still holds it and its stored metadata passes the filters (``build_metadata_filter_fn``,
+    as the query uses); vectors by ``vector_store.get``, in process.
     """
 
     filterable = True
+    ranking_kwargs = frozenset({"mmr_threshold"})
 
     def __init__(self, *stores: Any) -> None:
         super().__init__(*stores)
         metadata = lambda node_id: self.vector_store.data.metadata_dict[node_id]  # noqa: E731
         self._admits = build_metadata_filter_fn(metadata, self.filters)
 
-    def unfilterable(self) -> str | None:
+    def _filters_refused(self) -> str | None:
         nested = any(isinstance(f, MetadataFilters) for f in getattr(self.filters, "filters", []))
         return "its filter evaluation does not take nested MetadataFilters" if nested else None
 
     def holds(self, node_id: str) -> bool:
         data = self.vector_store.data
+        if not super().holds(node_id):  # another index's node, in the shared vector store
+            return False
         if node_id not in data.embedding_dict:  # deleted from the index, left in the docstore
             return False
         return self.filters is None or (node_id in data.metadata_dict and self._admits(node_id))
@@ -197,7 +256,7 @@ class _FaissReader(StoreReader):
     ``FaissVectorStore`` cannot filter its own search, so SCAR cannot filter its reads either.
     """
 
-    def unfilterable(self) -> str | None:
+    def _filters_refused(self) -> str | None:
         return None if self.filters is None else "FaissVectorStore cannot filter by metadata"
 
     def vectors(self, nodes: Sequence[BaseNode]) -> dict[str, Any]:
@@ -218,8 +277,9 @@ class _ChromaReader(StoreReader):
     """
 
     filterable = True
+    ranking_kwargs = frozenset({"mmr_threshold", "mmr_prefetch_factor", "mmr_prefetch_k"})
 
-    def unfilterable(self) -> str | None:
+    def _filters_refused(self) -> str | None:
         try:
             self._where()
         except ValueError as error:  # an operator or condition Chroma has no form for
@@ -244,18 +304,53 @@ class _ChromaReader(StoreReader):
         return nodes  # async: in a worker thread, as ChromaVectorStore has no aget_nodes
 
 
-class _FilteredReader(StoreReader):
-    """``get_nodes``/``aget_nodes`` with the filters, which the store applies as its search does."""
+class _QdrantReader(StoreReader):
+    """``get_nodes``/``aget_nodes`` with the filters and the search's shard, as its search uses."""
 
     filterable = True
+    applied_kwargs = frozenset({"shard_identifier"})
+    ranking_kwargs = frozenset({"search_params"})
+
+    def kwargs_needed(self) -> str | None:
+        # No public accessor for the sharding method in llama-index-vector-stores-qdrant; it is
+        # a str enum, so it equals its value ("custom": ShardingMethod.CUSTOM).
+        if getattr(self.vector_store, "_sharding_method", None) != "custom":
+            return None
+        return (
+            f"{self.name} is sharded by custom shard keys, and a search that names one "
+            "(vector_store_kwargs={'shard_identifier': ...}) sees only that shard"
+        )
+
+
+class _PGReader(StoreReader):
+    """``get_nodes``/``aget_nodes`` with the filters, which the store applies as its search does.
+
+    A store built with ``customize_query_fn`` is refused: the function rewrites the search's SQL
+    (a tenant clause, say), and the reads by id do not pass through it.
+    """
+
+    filterable = True
+    ranking_kwargs = frozenset(
+        {"ivfflat_probes", "hnsw_ef_search", "mmr_threshold", "mmr_prefetch_factor",
+         "mmr_prefetch_k"}
+    )  # fmt: skip
+
+    def _narrowing_option(self) -> str | None:
+        # No public accessor for the customiser in llama-index-vector-stores-postgres.
+        if getattr(self.vector_store, "_customize_query_fn", None) is None:
+            return None
+        return (
+            "it is built with customize_query_fn, which rewrites its searches' SQL, and its reads "
+            "by id (get_nodes) do not pass through it"
+        )
 
 
 _READERS: dict[str, type[StoreReader]] = {
     "SimpleVectorStore": _SimpleReader,
     "FaissVectorStore": _FaissReader,  # not FaissMapVectorStore: its id map is private
     "ChromaVectorStore": _ChromaReader,
-    "QdrantVectorStore": _FilteredReader,
-    "PGVectorStore": _FilteredReader,
+    "QdrantVectorStore": _QdrantReader,
+    "PGVectorStore": _PGReader,
 }
 
 
@@ -264,8 +359,10 @@ def reader_for(
     vector_store: BasePydanticVectorStore | None,
     index_struct: IndexDict | None = None,
     filters: MetadataFilters | None = None,
+    search_kwargs: Mapping[str, Any] | None = None,
 ) -> StoreReader:
     """Return the reader for the vector store's type (the first LlamaIndex class it derives from)."""
     mro = type(vector_store).__mro__
     kind = next((c.__name__ for c in mro if c.__module__.startswith("llama_index.")), "")
-    return _READERS.get(kind, StoreReader)(docstore, vector_store, index_struct, filters)
+    reader = _READERS.get(kind, StoreReader)
+    return reader(docstore, vector_store, index_struct, filters, search_kwargs)

@@ -52,7 +52,7 @@ def make_corpus(documents: int = 6, chunks: int = 8, dimension: int = 16, seed: 
         for position in range(chunks):
             current = current + (rng.normal(scale=0.9, size=dimension) if position else 0)
             walks.append(unit_float32(current))
-            metadata = {"source": f"doc-{doc}.txt", "start_index": 100 * position, "topic": doc % 3}
+            metadata = {"source": f"doc-{doc}.txt", "start_index": 25 * position, "topic": doc % 3}
             split.append(Document(f"document {doc} chunk {position} text", metadata=metadata))
     targets = rng.choice(len(walks), size=8, replace=False)
     queries = {

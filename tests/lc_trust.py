@@ -62,7 +62,7 @@ def tenant_chunks(dimension: int = 16, seed: int = 11) -> tuple[list[Document], 
                 "start_index": 40 * position,
             }
             split.append(Document(text, metadata=metadata))
-    chunks = link_chunks(split)
+    chunks = link_chunks(split, document_key=("source", "tenant"))
     chunks[5].metadata[NEXT_ID_KEY] = chunks[6].id  # a link into the other tenant
     return chunks, TableEmbeddings(table)
 

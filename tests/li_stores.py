@@ -89,6 +89,8 @@ PUBLIC = MetadataFilters(filters=[MetadataFilter(key="access", value="public")])
 TENANT_1 = MetadataFilters(filters=[MetadataFilter(key="tenant", value="t1")])
 #: Each search filter and the guarded nodes it excludes.
 GUARDS: list[tuple[MetadataFilters, set[str]]] = [(PUBLIC, {"a2"}), (TENANT_1, {"b0", "b1", "b2"})]
+#: What a refusal must say: the two ways forward.
+WAYS_FORWARD = r"pass neighbor_filter=.*or pass allow_unfiltered_neighbors=True"
 #: Budget mode, and paper mode with window 2, as ``(k, settings)``.
 GUARD_SETTINGS: list[tuple[int, dict[str, Any]]] = [
     (4, {}), (4, {"mode": "paper", "window": 2}), (3, {"mode": "paper", "window": 2}),
@@ -187,6 +189,28 @@ def build(
     return Built(kind, index, embed_model, in_process)
 
 
+def shared(kind: str, vector_store: Any = None) -> tuple[Built, VectorStoreIndex]:
+    """The guarded nodes parsed once, in two indexes on one ``StorageContext``.
+
+    Node a2 (the secret one) goes into the second index, the others into the first: the
+    PREVIOUS/NEXT links of a1 and a3 cross into the other index. Returns the public index's
+    ``Built`` and the internal index.
+    """
+    embed_model = UnitHashEmbedding(table=GUARDED_TABLE)
+    storage = StorageContext.from_defaults(vector_store=vector_store, docstore=CountingDocstore())
+    nodes = guarded_nodes()
+    internal = [n for n in nodes if n.metadata["access"] == "secret"]
+    public = [n for n in nodes if n.metadata["access"] != "secret"]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Payload indexes have no effect", UserWarning)
+        indexes = [
+            VectorStoreIndex(part, storage_context=storage, embed_model=embed_model)
+            for part in (public, internal)
+        ]
+    in_process = vector_store is None or kind.startswith("faiss")
+    return Built(kind, indexes[0], embed_model, in_process), indexes[1]
+
+
 def memory(nodes: Nodes = None) -> Built:
     return build("memory", nodes=nodes)
 
@@ -260,6 +284,11 @@ def qdrant_built(*, use_async: bool = False, nodes: Nodes = None) -> Built:
 
 def pgvector_built(uri: str, table: str, nodes: Nodes = None) -> Built:
     """PGVectorStore on a new ``table`` at ``uri`` (a SQLAlchemy URL, sync and async drivers)."""
+    return build("pgvector", pgvector_store(uri, table), nodes=nodes)
+
+
+def pgvector_store(uri: str, table: str, **options: Any) -> Any:
+    """A PGVectorStore (``options``: more of its settings) that counts SCAR's reads."""
     from llama_index.vector_stores.postgres import PGVectorStore
 
     class CountingPGVectorStore(PGVectorStore):  # type: ignore[misc]
@@ -273,13 +302,13 @@ def pgvector_built(uri: str, table: str, nodes: Nodes = None) -> Built:
             count("pgvector", "aget_nodes")
             return await super().aget_nodes(*args, **kwargs)
 
-    store = CountingPGVectorStore.from_params(
+    return CountingPGVectorStore.from_params(
         connection_string=uri,
         async_connection_string=uri,
         table_name=table,
         embed_dim=WordHashEmbedding().size,
+        **options,
     )
-    return build("pgvector", store, nodes=nodes)
 
 
 #: The embedded stores SCAR reads vectors from, by kind.
@@ -305,7 +334,8 @@ async def ahits(built: Built, query: str, k: int) -> list[NodeWithScore]:
 
 
 def scar(built: Built, **settings: Any) -> SCARNodePostprocessor:
-    return SCARNodePostprocessor.from_index(built.index, **settings)
+    """The postprocessor on the index, whose searches are unfiltered."""
+    return SCARNodePostprocessor.from_index(built.index, filters=None, **settings)
 
 
 def stored(built: Built, nodes: Sequence[BaseNode]) -> tuple[dict[str, BaseNode], dict[str, Any]]:
@@ -416,7 +446,7 @@ async def check_guarded(built: Built, *, sync: bool = True) -> None:
         with warnings.catch_warnings():  # Qdrant with a sync client: its async read falls back
             warnings.filterwarnings("ignore", "QdrantVectorStore.aget_nodes failed", UserWarning)
             output = await guarded.apostprocess_nodes(found, bundle)
-            unguarded = SCARNodePostprocessor.from_index(built.index, **settings)
+            unguarded = SCARNodePostprocessor.from_index(built.index, filters=None, **settings)
             leaked = await unguarded.apostprocess_nodes(found, bundle)
         if sync:
             assert names(guarded.postprocess_nodes(found, bundle)) == names(output)
@@ -425,6 +455,34 @@ async def check_guarded(built: Built, *, sync: bool = True) -> None:
         assert len(set(names(output))) == len(output)
         assert len(output) == k or settings.get("mode") == "paper"
         check_passages_are_linked(output)
+
+
+async def check_within_index(built: Built) -> None:
+    """SCAR returns only nodes the index's own search could return, sync and async.
+
+    ``built`` shares its store with another index (see ``shared``). What the index's search can
+    return is what it returns with a top-k as large as the corpus; SCAR is built both from the
+    index (``filters=None``: the search is unfiltered) and from the retriever.
+    """
+    bundle = QueryBundle(GUARDED_QUERY)
+    everything = built.index.as_retriever(similarity_top_k=len(GUARDED))
+    could = set(names(everything.retrieve(bundle)))
+    for k, settings in GUARD_SETTINGS:
+        retriever = built.index.as_retriever(similarity_top_k=k)
+        found = retriever.retrieve(bundle)
+        for postprocessor in (
+            SCARNodePostprocessor.from_index(built.index, filters=None, **settings),
+            SCARNodePostprocessor.from_retriever(retriever, **settings),
+        ):
+            with warnings.catch_warnings():  # Qdrant with a sync client: its async read falls back
+                warnings.filterwarnings("ignore", "QdrantVectorStore.aget_nodes", UserWarning)
+                outputs = [
+                    postprocessor.postprocess_nodes(found, bundle),
+                    await postprocessor.apostprocess_nodes(found, bundle),
+                ]
+            for output in outputs:
+                assert set(names(output)) <= could, (settings, names(output), could)
+                check_passages_are_linked(output)
 
 
 def check_passages_are_linked(output: Sequence[NodeWithScore]) -> None:

@@ -61,9 +61,9 @@ def li_index() -> VectorStoreIndex:
 
 def li_run(index: VectorStoreIndex, query: str, k: int, **settings: Any) -> list[Any]:
     hits = index.as_retriever(similarity_top_k=k).retrieve(query)
-    return SCARNodePostprocessor.from_index(index, top_n=k, **settings).postprocess_nodes(
-        hits, query_str=query
-    )
+    return SCARNodePostprocessor.from_index(
+        index, filters=None, top_n=k, **settings
+    ).postprocess_nodes(hits, query_str=query)
 
 
 def traces(items: list[tuple[str | None, dict[str, Any]]]) -> list[tuple[Any, ...]]:
@@ -99,7 +99,7 @@ def test_both_adapters_refuse_the_same_bad_settings_the_same_way(settings: dict[
         lc_retriever(**settings)
     li_settings = {("top_n" if n == "k" else n): v for n, v in settings.items()}
     with pytest.raises(InvalidSettingsError) as on_llamaindex:
-        SCARNodePostprocessor.from_index(li_index(), **li_settings)
+        SCARNodePostprocessor.from_index(li_index(), filters=None, **li_settings)
     # The same message, but for each adapter's own name (SCARRetriever's k is top_n there).
     normalise = {"SCARNodePostprocessor": "SCARRetriever", "top_n": "k"}
     message = str(on_llamaindex.value)
@@ -122,7 +122,7 @@ def test_a_missing_query_is_scars_own_error() -> None:
     index = li_index()
     hits = index.as_retriever(similarity_top_k=3).retrieve(next(iter(CORPUS.queries)))
     with pytest.raises(MissingQueryError, match="needs the query"):
-        SCARNodePostprocessor.from_index(index).postprocess_nodes(hits)
+        SCARNodePostprocessor.from_index(index, filters=None).postprocess_nodes(hits)
 
 
 class VectorlessStore(InMemoryVectorStore):
@@ -218,7 +218,7 @@ def test_llamaindex_with_a_query_of_another_dimension_warns_and_does_not_expand(
     index = li_index()
     query = next(iter(CORPUS.queries))
     hits = index.as_retriever(similarity_top_k=4).retrieve(query)
-    scar = SCARNodePostprocessor.from_index(index)
+    scar = SCARNodePostprocessor.from_index(index, filters=None)
     wrong = QueryBundle(query, embedding=list(np.ones(CORPUS.dimension * 2)))
     with pytest.warns(UserWarning, match="no usable embedding.*dimension other than the query's"):
         output = scar.postprocess_nodes(hits, wrong)
@@ -231,7 +231,7 @@ def test_llamaindex_embeds_a_repeated_query_once() -> None:
     query = next(iter(CORPUS.queries))
     hits = index.as_retriever(similarity_top_k=4).retrieve(query)
     model = WordHashEmbedding(CORPUS.vectors | CORPUS.queries)
-    scar = SCARNodePostprocessor.from_index(index, embed_model=model)
+    scar = SCARNodePostprocessor.from_index(index, filters=None, embed_model=model)
     first = scar.postprocess_nodes(hits, query_str=query)
     second = scar.postprocess_nodes(hits, query_str=query)
     assert model.queries_embedded == 1
@@ -265,7 +265,9 @@ def test_one_failed_aget_nodes_does_not_switch_to_sync_reads_for_good() -> None:
         for n in index.docstore.docs.values()
     ]
     FLAKY.update(nodes={n.node_id: n for n in nodes}, calls=0, failures=1)
-    scar = SCARNodePostprocessor(vector_store=FlakyAsyncStore(), embed_model=WordHashEmbedding())
+    scar = SCARNodePostprocessor(
+        vector_store=FlakyAsyncStore(), filters=None, embed_model=WordHashEmbedding()
+    )
     query = next(iter(CORPUS.queries))
     hits = index.as_retriever(similarity_top_k=4).retrieve(query)
     bundle = QueryBundle(query, embedding=CORPUS.queries[query])

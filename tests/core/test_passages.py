@@ -40,3 +40,29 @@ def test_without_offsets_a_long_repeat_is_taken_as_the_overlap() -> None:
     shared = "x" * MIN_TEXT_OVERLAP
     assert stitch(["abc " + shared, shared + " def"]) == "abc " + shared + " def"
     assert stitch(["abc xyz", "xyz def"]) == "abc xyz\nxyz def"  # too short to be an overlap
+
+
+def test_offsets_that_restart_on_a_new_page_drop_nothing() -> None:
+    # Two PDF pages whose start_index restarts at 0, chained by link_store(order_key="seq").
+    page_one = "Page one begins the agreement and ends mid-clause, with the word"
+    page_two = "Page two's first sentence must survive. Then the clause continues."
+    assert stitch([page_one, page_two], [0, 0]) == page_one + "\n" + page_two
+    assert stitch([page_one, page_two], [120, 3]) == page_one + "\n" + page_two
+
+
+def test_offsets_that_claim_an_overlap_the_texts_do_not_share_are_not_trusted() -> None:
+    first, second = "0123456789abcdefghij", "KLMNOPQRSTUVWXYZ"
+    # The offsets say the second chunk starts 5 characters before the first ends.
+    assert stitch([first, second], [0, 15]) == first + "\n" + second
+
+
+@given(
+    texts=st.lists(st.text(alphabet="ab \n", max_size=40), min_size=1, max_size=6),
+    offsets=st.lists(st.one_of(st.none(), st.integers(-5, 80)), min_size=6, max_size=6),
+)
+def test_every_chunk_is_in_the_passage_whatever_the_offsets(
+    texts: list[str], offsets: list[int | None]
+) -> None:
+    passage = stitch(texts, offsets[: len(texts)])
+    assert all(text in passage for text in texts)
+    assert len(passage) >= max(len(text) for text in texts)

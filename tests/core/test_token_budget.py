@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_selection import candidates_of, corpus, passages_of, total_bid
+from test_selection import candidates_of, corpus, cos, passages_of
 
 from scar_core import BudgetSettings, InvalidSettingsError, ScarSettings, budget_select
 from scar_core.query import Found, ScarQuery
@@ -27,12 +27,17 @@ def naive_tokens(query, ranked, chunks, tokens, k, keep, alpha, lam, window, lim
     """Every subset of the candidates whose tokens fit ``limit``, scored by the rules; best wins.
 
     The kept hits are the best ``keep`` as far as they fit in rank order (at least the best hit).
-    ``naive_tokens.total`` holds the best total bid.
+    Bids are fair to length: a chunk's bid is its relevance times its tokens over the candidates'
+    mean, a linked pair's its bonus less penalty times its two chunks' mean of that ratio.
+    ``naive_tokens.total`` holds the best total bid; ``naive_tokens.scale`` each chunk's ratio.
     """
     hits = ranked[:k]
     kept = hits[: fill_in_order([tokens[h] for h in hits[:keep]], limit)]
     weight = dict(tokens) | {kept[0]: min(tokens[kept[0]], limit)}
     candidates = candidates_of(ranked, chunks, k, window)
+    mean = sum(weight[c] for c in candidates) / len(candidates)
+    scale = {c: weight[c] / mean if mean else 1.0 for c in candidates}
+    naive_tokens.scale = scale
     best, best_total = None, -math.inf
     for size in range(len(candidates) + 1):
         for subset in itertools.combinations(candidates, size):
@@ -43,11 +48,22 @@ def naive_tokens(query, ranked, chunks, tokens, k, keep, alpha, lam, window, lim
                 continue
             if not all(any(c in hits for c in run) for run in passages_of(chosen, chunks)):
                 continue
-            total = total_bid(query, chunks, chosen, alpha, lam)
+            total = fair_bid(query, chunks, chosen, alpha, lam, scale)
             if total > best_total:
                 best, best_total = chosen, total
     naive_tokens.total = best_total
     return best
+
+
+def fair_bid(query, chunks, chosen, alpha, lam, scale):
+    """A set's total bid with bids scaled by length, written straight from the rule."""
+    total = sum(cos(query, chunks[c].vector) * scale[c] for c in chosen)
+    for c in chosen:
+        n = chunks[c].next_id
+        if n in chosen:
+            bonus = alpha - lam * (1 - cos(chunks[c].vector, chunks[n].vector))
+            total += bonus * (scale[c] + scale[n]) / 2
+    return total
 
 
 CASES = ((3, 1, 0.2, 1, 12), (3, 2, 0.5, 1, 20), (2, 1, 1.0, 2, 15), (4, 2, 0.0, 1, 9))
@@ -80,7 +96,8 @@ def test_a_token_decisions_threshold_is_where_its_verdict_flips(seed: int) -> No
             naive_tokens(*args, **flip)
             loss = best - naive_tokens.total
             if math.isfinite(loss) and loss > 1e-9:
-                expected = d.score - loss if d.accepted else d.score + loss
+                per_score = loss / naive_tokens.scale[d.neighbor_id]  # its bid moves this fast
+                expected = d.score - per_score if d.accepted else d.score + per_score
                 assert d.threshold == pytest.approx(min(max(expected, -1.2), 1.0), abs=1e-9), d
 
 

@@ -50,7 +50,7 @@ def documents(count: int = 6, length: int = 5) -> list[Document]:
 
 
 def linked_store(embeddings: Embeddings | None = None) -> InMemoryVectorStore:
-    chunks = link_chunks(documents())
+    chunks = link_chunks(documents(), trust_order=True)
     store = InMemoryVectorStore(embeddings or WordHashEmbeddings())
     store.add_documents(chunks, ids=[c.id for c in chunks])
     return store

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
+from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from lc_stores import STORES, Corpus, CountingEmbeddings, expected_links, make_corpus, store_ids
 from scar_core.errors import DataFormatError, InvalidSettingsError
-from scar_langchain import SCARRetriever, link_chunks, link_store
+from scar_langchain import SCARRetriever, link_chunks, link_store, replace_documents
 from scar_langchain.link_store import LINK_KEYS
 from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
 
@@ -249,7 +250,8 @@ def test_relinks_an_index_linked_under_other_ids_and_drops_stale_links(
     ids = [*store_ids(len(corpus.linked)), store_ids(1, seed=11)[0]]
     store, id_of = build(kind, corpus, documents, ids)
     before = held(kind, store)
-    report = link_store(store)
+    with pytest.warns(UserWarning, match=r"left 1 of 49 chunks unlinked: they hold no metadata"):
+        report = link_store(store)
     stray_id = id_of[stray.page_content]
     assert (report.documents, report.linked, report.changed) == (6, 48, 49)
     assert report.skipped == {stray_id: "no metadata['source'] names its document"}
@@ -259,7 +261,8 @@ def test_relinks_an_index_linked_under_other_ids_and_drops_stale_links(
     assert {i: ab for i, ab in links(after).items() if i != stray_id} == want
     assert links(after)[stray_id] == (None, None)
     assert after[stray_id][1] == {"topic": 9}
-    assert link_store(store).changed == 0
+    with pytest.warns(UserWarning, match="unlinked"):
+        assert link_store(store).changed == 0
 
 
 def paged_split() -> list[Document]:
@@ -267,7 +270,7 @@ def paged_split() -> list[Document]:
     return [
         Document(
             f"document {d} chunk {3 * page + n} text",
-            metadata={"source": f"doc-{d}.pdf", "page": page, "start_index": 100 * n},
+            metadata={"source": f"doc-{d}.pdf", "page": page, "start_index": 25 * n},
         )
         for d in range(2)
         for page in range(3)
@@ -313,7 +316,7 @@ def test_paged_documents_are_linked_page_by_page_never_interleaved(
 def test_pages_need_no_page_key_when_start_index_runs_on_across_pages(corpus: Corpus) -> None:
     split = paged_split()
     for n, document in enumerate(split):
-        document.metadata["start_index"] = 100 * (n % 9)  # offsets in the whole document
+        document.metadata["start_index"] = 25 * (n % 9)  # offsets in the whole document
     store, id_of = build("memory", corpus, split)
     assert link_store(store).linked == 18
     assert links(held("memory", store))[id_of["document 0 chunk 2 text"]] == (
@@ -332,7 +335,7 @@ def test_refuses_two_chunks_of_a_document_at_one_place(kind: str, corpus: Corpus
     with pytest.raises(DataFormatError) as refused:
         link_store(store)
     message = str(refused.value)
-    assert "of document 'doc-0.txt' share metadata['start_index']=100" in message
+    assert "of document 'doc-0.txt' share metadata['start_index']=25" in message
     assert first in message
     assert second in message
     assert "order_key=(...)" in message
@@ -388,7 +391,7 @@ def test_chroma_writes_more_chunks_than_its_max_batch_size_in_batches(corpus: Co
             ids=[f"c{n}" for n in part],
             embeddings=vectors[start : part.stop],
             documents=[f"chunk {n}" for n in part],
-            metadatas=[{"source": f"doc-{n // 500}", "start_index": n} for n in part],
+            metadatas=[{"source": f"doc-{n // 500}", "start_index": 12 * n} for n in part],
         )
     watch = Watch("chroma", store)
     report = link_store(store)
@@ -401,3 +404,97 @@ def test_chroma_writes_more_chunks_than_its_max_batch_size_in_batches(corpus: Co
     assert metadata["c500"]["scar_document_id"] == "doc-1"
     assert link_store(store).changed == 0
     assert watch.written() == []
+
+
+def tenants_split() -> list[Document]:
+    """Two tenants' ``contract.txt``, split for real; tenant b's text starts with 3 spaces."""
+    clauses = [f"Clause {n}: the supplier delivers lot {n} within {n + 2} days." for n in range(8)]
+    splitter = RecursiveCharacterTextSplitter(
+        chunk_size=120, chunk_overlap=30, add_start_index=True
+    )
+    return splitter.split_documents(
+        [
+            Document("\n\n".join(clauses), metadata={"source": "contract.txt", "tenant": "a"}),
+            Document(
+                "   " + "\n\n".join(c.replace("supplier", "vendor") for c in clauses),
+                metadata={"source": "contract.txt", "tenant": "b"},
+            ),
+        ]
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_tenants_sharing_a_source_do_not_tile_and_a_composite_key_links_them(
+    kind: str, corpus: Corpus
+) -> None:
+    split = tenants_split()
+    store, id_of = build(kind, corpus, split)
+    before = held(kind, store)
+    with pytest.raises(DataFormatError, match=r"'contract.txt' do not tile one text.*'tenant'"):
+        link_store(store)
+    assert held(kind, store) == before
+    report = link_store(store, document_key=("source", "tenant"))
+    assert (report.documents, report.linked, report.gaps) == (2, len(split), 0)
+    linked = links(held(kind, store))
+    for tenant in ("a", "b"):
+        ids = [id_of[d.page_content] for d in split if d.metadata["tenant"] == tenant]
+        assert [linked[i] for i in ids] == [
+            (None if n == 0 else ids[n - 1], ids[n + 1] if n + 1 < len(ids) else None)
+            for n in range(len(ids))
+        ]
+
+
+@pytest.mark.parametrize("kind", ["memory", "chroma"])
+@pytest.mark.parametrize("page", [None, "1"], ids=["missing", "a-string"])
+def test_a_page_key_missing_or_held_as_a_string_is_refused(
+    kind: str, page: str | None, corpus: Corpus
+) -> None:
+    split = paged_split()
+    for n, document in enumerate(split):
+        document.metadata["start_index"] = 25 * (n % 9)  # offsets in the whole document
+    if page is None:
+        del split[4].metadata["page"]
+    else:
+        split[4].metadata["page"] = page
+    store, id_of = build(kind, corpus, split)
+    with pytest.raises(DataFormatError, match=rf"chunk '{id_of[split[4].page_content]}' of "
+                       rf"document 'doc-0.pdf' has metadata\['page'\]={page!r}"):  # fmt: skip
+        link_store(store)
+
+
+def test_a_document_key_no_chunk_holds_is_refused_and_the_report_reads_short(
+    corpus: Corpus,
+) -> None:
+    store, _ = build("memory", corpus, corpus.split)
+    with pytest.raises(InvalidSettingsError, match=r"document_key='sorce' names no chunk's "
+                       r"document: none of the 48 chunks holds metadata\['sorce'\]"):  # fmt: skip
+        link_store(store, document_key="sorce")
+    store.add_documents([Document(f"stray {n}", metadata={"start_index": 0}) for n in range(9)])
+    with pytest.warns(UserWarning, match=r"left 9 of 57 chunks unlinked"):
+        report = link_store(store)
+    text = str(report)
+    assert text.startswith("link_store: 6 documents, 48 chunks linked, 48 written, 9 skipped")
+    assert "... and 6 more" in text
+    assert len(text.splitlines()) == 5
+    assert len(repr(report)) < 120
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_replace_documents_deletes_only_the_old_version_scar_linked(
+    kind: str, corpus: Corpus
+) -> None:
+    old = link_chunks(corpus.split[:16])  # doc-0.txt and doc-1.txt
+    edited = [
+        Document(d.page_content.replace("text", "txt!"), metadata=dict(d.metadata))
+        for d in corpus.split[:8]
+    ]
+    foreign = Document("document 0 kept", metadata={"source": "doc-0.txt", "start_index": 0})
+    store = BUILDERS[kind](
+        CountingEmbeddings(corpus), [*old, foreign], [*(c.id for c in old), store_ids(1)[0]]
+    )
+    new = link_chunks(edited)
+    deleted = replace_documents(store, new)
+    assert sorted(deleted) == sorted(str(c.id) for c in old[:8])
+    kept = held(kind, store)
+    assert sorted(kept) == sorted([*(str(c.id) for c in [*new, *old[8:]]), store_ids(1)[0]])
+    assert replace_documents(store, new) == []  # re-ingesting the same version deletes nothing

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import re
 import warnings
 from typing import Any
 
@@ -13,7 +15,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import WordHashEmbeddings, documents, linked_store
 
-from scar_core import Chunk, InvalidSettingsError, PaperSettings, paper_expand
+from scar_core import Chunk, InvalidSettingsError, MissingQueryError, PaperSettings, paper_expand
 from scar_core.cache import EmbeddingCache
 from scar_langchain import SCARRetriever, link_chunks
 
@@ -32,7 +34,7 @@ def test_the_default_k_is_the_plain_retrievers(store: InMemoryVectorStore) -> No
 
 
 def test_fewer_only_when_the_store_holds_fewer() -> None:
-    chunks = link_chunks(documents(count=1, length=3))
+    chunks = link_chunks(documents(count=1, length=3), trust_order=True)
     store = InMemoryVectorStore(WordHashEmbeddings())
     store.add_documents(chunks, ids=[c.id for c in chunks])
     assert len(SCARRetriever(vectorstore=store, k=10).invoke(QUERY)) == 3
@@ -90,7 +92,8 @@ def test_paper_mode_equals_the_core_rule_on_the_top_k_seeds() -> None:
     texts = [f"chunk {i}" for i in range(12)]
     table = {t: rng.normal(size=5).tolist() for t in [*texts, "query"]}
     docs = link_chunks(
-        [Document(t, metadata={"source": f"d{i // 6}"}) for i, t in enumerate(texts)]
+        [Document(t, metadata={"source": f"d{i // 6}"}) for i, t in enumerate(texts)],
+        trust_order=True,
     )
     store = InMemoryVectorStore(TableEmbeddings(table))
     store.add_documents(docs, ids=[d.id for d in docs])
@@ -184,7 +187,7 @@ class CountingStore(InMemoryVectorStore):
 def test_a_store_that_returns_no_vectors_is_embedded_once_with_a_warning(tmp_path: Any) -> None:
     embeddings = WordHashEmbeddings()
     store = CountingStore(embeddings)
-    chunks = link_chunks(documents())
+    chunks = link_chunks(documents(), trust_order=True)
     store.add_documents(chunks, ids=[c.id for c in chunks])
     cache = EmbeddingCache(tmp_path)
     retriever = SCARRetriever(vectorstore=store, k=6, embedding_cache=cache)
@@ -211,3 +214,45 @@ def test_in_memory_vectors_are_read_not_embedded(store: InMemoryVectorStore) -> 
     docs = SCARRetriever(vectorstore=store, k=8).invoke(QUERY)
     assert embeddings.texts_embedded == before
     assert all(d.metadata["scar_embedded"] == 0 for d in docs)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"kk": 3}, r"kk=3.*did you mean k\?"),
+        ({"filtre": lambda d: True}, r"filtre=.*did you mean filter\?"),
+        ({"tenant": "a"}, r"tenant='a'.*it takes k, filter"),
+    ],
+)
+def test_a_misspelled_or_unknown_call_argument_is_refused_by_name(
+    store: InMemoryVectorStore, arguments: dict[str, Any], named: str
+) -> None:
+    for opted_out in (False, True):
+        retriever = SCARRetriever(vectorstore=store, allow_unfiltered_neighbors=opted_out)
+        with pytest.raises(InvalidSettingsError, match=named):
+            retriever.invoke(QUERY, **arguments)
+        with pytest.raises(InvalidSettingsError, match=named):
+            asyncio.run(retriever.ainvoke(QUERY, **arguments))
+
+
+def test_a_misspelled_search_argument_is_refused_when_the_retriever_is_made(
+    store: InMemoryVectorStore,
+) -> None:
+    with pytest.raises(InvalidSettingsError, match=r"filtre=.*did you mean filter\?"):
+        SCARRetriever(
+            vectorstore=store,
+            search_kwargs={"filtre": lambda d: True},
+            allow_unfiltered_neighbors=True,
+        )
+
+
+@pytest.mark.parametrize("query", [123, ["a", "b"], "", "   ", None])
+def test_a_query_that_is_not_a_question_is_refused_by_name(
+    store: InMemoryVectorStore, query: Any
+) -> None:
+    retriever = SCARRetriever(vectorstore=store)
+    named = rf"got {re.escape(repr(query))}.*non-empty string"
+    with pytest.raises(MissingQueryError, match=named):
+        retriever.invoke(query)
+    with pytest.raises(MissingQueryError, match=named):
+        asyncio.run(retriever.ainvoke(query))

@@ -43,7 +43,10 @@ class TestSCARRetrieverPaperStandard(RetrieversIntegrationTests):
 
 
 class TestSCARRetrieverAfterAFirstStageStandard(RetrieversIntegrationTests):
-    """SCAR after a hybrid first stage: BM25 and the store, in LangChain's EnsembleRetriever."""
+    """SCAR after a hybrid first stage: BM25 and the store, in LangChain's EnsembleRetriever.
+
+    BM25 has no filter SCAR can see, so ``search_kwargs={}`` states that it searches without one.
+    """
 
     @property
     def retriever_constructor(self) -> type[SCARRetriever]:
@@ -60,7 +63,7 @@ class TestSCARRetrieverAfterAFirstStageStandard(RetrieversIntegrationTests):
         hybrid = EnsembleRetriever(
             retrievers=[BM25Retriever.from_documents(chunks), store.as_retriever()]
         )
-        return {"vectorstore": store, "retriever": hybrid, "k": 3}
+        return {"vectorstore": store, "retriever": hybrid, "search_kwargs": {}, "k": 3}
 
     @property
     def retriever_query_example(self) -> str:

@@ -8,6 +8,7 @@ check in ``tests/postgres/test_pg_trust.py``.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore
 
 from lc_stores import STORES
-from lc_trust import FILTERS, QUERY, check_no_leak, forbidden, leaks, tenant_chunks
+from lc_trust import FILTERS, QUERY, SETTINGS, check_no_leak, forbidden, leaks, tenant_chunks
 from scar_core.errors import DataFormatError, InvalidSettingsError
 from scar_langchain import SCARRetriever, link_chunks
 from scar_langchain.links import CHUNK_ID_KEY
@@ -125,13 +126,15 @@ def test_a_document_split_over_two_calls_is_refused_by_name() -> None:
     first = link_chunks(parts[:3])
     with pytest.raises(DataFormatError, match=r"'manual.md' starts at start_index=90"):
         link_chunks(parts[3:])
-    assert [c.id for c in link_chunks(parts)][:3] == [c.id for c in first]
+    assert not {c.id for c in link_chunks(parts)} & {c.id for c in first}  # ids: whole documents
     whitespace = Document("Title", metadata={"source": "notes.md", "start_index": 2})
     assert link_chunks([whitespace])[0].metadata["scar_position"] == 0
 
 
 def test_repeated_boilerplate_in_one_document_gets_distinct_ids() -> None:
-    chunks = link_chunks([Document("Page footer.", metadata={"source": "a.txt"})] * 3)
+    chunks = link_chunks(
+        [Document("Page footer.", metadata={"source": "a.txt"})] * 3, trust_order=True
+    )
     assert len({c.id for c in chunks}) == 3
     assert chunks[0].metadata["scar_next_id"] == chunks[1].id
 
@@ -163,3 +166,49 @@ def test_distinct_hits_without_ids_are_never_merged(tenants: tuple[list[Document
     got_async = asyncio.run(SCARRetriever(vectorstore=store, k=4).ainvoke(QUERY))
     for got in (got_sync, got_async):
         assert sorted(d.page_content for d in got) == sorted(d.page_content for d in plain)
+
+
+def test_a_merged_passage_claims_only_the_metadata_all_its_chunks_share(
+    tenants: tuple[list[Document], Any],
+) -> None:
+    chunks, embeddings = tenants
+    store = STORES["memory"](embeddings, chunks, [c.id for c in chunks])
+    own = {c.id: c.metadata for c in chunks}
+    mixed = 0
+    for settings in SETTINGS:
+        merged = SCARRetriever(vectorstore=store, **settings | {"merge_passages": True})
+        for passage in merged.invoke(QUERY):
+            members = [own[i] for i in passage.metadata["scar_chunk_ids"]]
+            for key, value in passage.metadata.items():
+                if key in own[chunks[0].id] and key != "start_index":
+                    assert all(m[key] == value for m in members), (settings, key, value)
+            if len({m["access"] for m in members}) > 1:
+                mixed += 1
+                assert "access" not in passage.metadata
+            listed = passage.metadata["scar_chunks"]
+            for meta, member in zip(listed, members, strict=True):
+                assert {k: meta[k] for k in member} == member  # each chunk's own metadata
+    assert mixed > 0, "some passage should join the secret chunk to a public one"
+
+
+#: A filter in a form the store's search does not take, for each store.
+WRONG_FORMS = {
+    "memory": {"tenant": "a"},  # InMemoryVectorStore takes a function of a Document
+    "faiss": "tenant == 'a'",
+    "chroma": lambda m: m["tenant"] == "a",
+    "qdrant": {"tenant": "a"},  # QdrantVectorStore takes a models.Filter
+}
+
+
+@pytest.mark.parametrize("kind", ["memory", "faiss", "chroma", "qdrant"])
+def test_a_filter_the_store_does_not_take_is_refused_by_name(
+    kind: str, tenants: tuple[list[Document], Any]
+) -> None:
+    chunks, embeddings = tenants
+    store = STORES[kind](embeddings, chunks, [c.id for c in chunks])
+    wrong = WRONG_FORMS[kind]
+    named = rf"{type(store).__name__}.*filter={re.escape(repr(wrong))}"
+    with pytest.raises(InvalidSettingsError, match=named):
+        SCARRetriever(vectorstore=store, search_kwargs={"filter": wrong})
+    with pytest.raises(InvalidSettingsError, match=named):
+        SCARRetriever(vectorstore=store).invoke(QUERY, filter=wrong)

@@ -35,7 +35,7 @@ def unlinked(count: int) -> list[TextNode]:
 
 def test_unlinked_input_comes_back_as_it_came_with_one_warning() -> None:
     nodes = unlinked(4)
-    scar = SCARNodePostprocessor(docstore=docstore_of(nodes))
+    scar = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes))
     with pytest.warns(UserWarning, match="PREVIOUS/NEXT.*node parser") as caught:
         first = scar.postprocess_nodes(scored(nodes, [0.9, 0.8, 0.7, 0.6]), BUNDLE)
     assert len(caught) == 1
@@ -51,7 +51,7 @@ def test_unlinked_input_comes_back_as_it_came_with_one_warning() -> None:
 
 def test_unlinked_input_honours_top_n_and_needs_no_query() -> None:
     nodes = unlinked(4)
-    scar = SCARNodePostprocessor(docstore=docstore_of(nodes), top_n=2, mode="paper")
+    scar = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes), top_n=2, mode="paper")
     with pytest.warns(UserWarning, match="PREVIOUS/NEXT"):
         output = scar.postprocess_nodes(scored(nodes, [0.9, 0.8, 0.7, 0.6]))
     assert ids_and_scores(output) == [("u0", 0.9), ("u1", 0.8)]
@@ -59,7 +59,7 @@ def test_unlinked_input_honours_top_n_and_needs_no_query() -> None:
 
 def test_linked_input_is_marked_expanded() -> None:
     nodes = linked_nodes("a", [angle(d) for d in (10, 20, 80)])
-    output = SCARNodePostprocessor(docstore=docstore_of(nodes)).postprocess_nodes(
+    output = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes)).postprocess_nodes(
         scored(nodes[:1], [0.9]), BUNDLE
     )
     assert [n.node.metadata["scar_expanded"] for n in output] == [True]
@@ -70,7 +70,10 @@ def test_nodes_without_stored_vectors_are_embedded_once_with_one_warning(tmp_pat
     embed_model = WordHashEmbedding()
     hits = index.as_retriever(similarity_top_k=4).retrieve(QUERY)
     scar = SCARNodePostprocessor(
-        docstore=index.docstore, embed_model=embed_model, embedding_cache=EmbeddingCache(tmp_path)
+        docstore=index.docstore,
+        filters=None,
+        embed_model=embed_model,
+        embedding_cache=EmbeddingCache(tmp_path),
     )
     with pytest.warns(UserWarning, match=r"SimpleDocumentStore.*vector_store=index\.vector_store"):
         first = scar.postprocess_nodes(hits, QueryBundle(QUERY))
@@ -81,12 +84,15 @@ def test_nodes_without_stored_vectors_are_embedded_once_with_one_warning(tmp_pat
         second = scar.postprocess_nodes(hits, QueryBundle(QUERY))
         other = SCARNodePostprocessor(  # another postprocessor on the same store: warned already
             docstore=index.docstore,
+            filters=None,
             embed_model=embed_model,
             embedding_cache=EmbeddingCache(tmp_path / "2"),
         )
         other.postprocess_nodes(hits, QueryBundle(QUERY))
     assert {n.node.metadata["scar_embedded"] for n in second} == {0}  # cached
-    reference = SCARNodePostprocessor.from_index(index).postprocess_nodes(hits, QueryBundle(QUERY))
+    reference = SCARNodePostprocessor.from_index(index, filters=None).postprocess_nodes(
+        hits, QueryBundle(QUERY)
+    )
     assert [n.node.node_id for n in first] == [n.node.node_id for n in reference]
 
 
@@ -95,6 +101,7 @@ async def test_the_async_path_embeds_and_warns_alike(tmp_path: Path) -> None:
     hits = await index.as_retriever(similarity_top_k=3).aretrieve(QUERY)
     scar = SCARNodePostprocessor(
         docstore=index.docstore,
+        filters=None,
         embed_model=WordHashEmbedding(),
         embedding_cache=EmbeddingCache(tmp_path),
     )
@@ -106,7 +113,7 @@ async def test_the_async_path_embeds_and_warns_alike(tmp_path: Path) -> None:
 
 def test_a_failing_store_raises_neighbor_fetch_error_naming_it() -> None:
     nodes = linked_nodes("a", [angle(d) for d in (30, 10, 20)])
-    scar = SCARNodePostprocessor(docstore=docstore_of(nodes, BrokenDocstore()))
+    scar = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes, BrokenDocstore()))
     with pytest.raises(NeighborFetchError, match=r"BrokenDocstore.*2 node\(s\)") as raised:
         scar.postprocess_nodes(scored(nodes[1:2], [0.9]), BUNDLE)
     assert isinstance(raised.value.__cause__, ConnectionError)
@@ -117,14 +124,14 @@ def test_a_failing_store_raises_neighbor_fetch_error_naming_it() -> None:
 
 def test_a_neighbour_missing_from_the_store_ends_the_passage() -> None:
     nodes = linked_nodes("a", [angle(d) for d in (15, 10, 20)])
-    scar = SCARNodePostprocessor(docstore=docstore_of(nodes[1:]), mode="paper")
+    scar = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes[1:]), mode="paper")
     output = scar.postprocess_nodes(scored(nodes[1:2], [0.9]), BUNDLE)
     assert [n.node.node_id for n in output] == ["a1", "a2"]
 
 
 def test_vectors_of_another_dimension_are_reported() -> None:
     nodes = linked_nodes("a", [angle(10), [1.0, 0.0, 0.0]])
-    scar = SCARNodePostprocessor(docstore=docstore_of(nodes))
+    scar = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes))
     with pytest.warns(UserWarning, match="no usable embedding.*the model the index was built"):
         output = scar.postprocess_nodes(scored(nodes[:1], [0.9]), BUNDLE)
     assert ids_and_scores(output) == [("a0", 0.9)]
@@ -133,6 +140,6 @@ def test_vectors_of_another_dimension_are_reported() -> None:
 
 def test_a_linked_query_needs_the_query() -> None:
     nodes = linked_nodes("a", [angle(d) for d in (10, 20)])
-    scar = SCARNodePostprocessor(docstore=docstore_of(nodes))
+    scar = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes))
     with pytest.raises(ValueError, match="needs the query"):
         scar.postprocess_nodes(scored(nodes[:1], [0.9]))

@@ -42,7 +42,9 @@ def test_by_default_as_many_nodes_come_back_as_went_in(
     index: VectorStoreIndex, query: str, k: int
 ) -> None:
     hits = retrieve(index, query, k)
-    output = SCARNodePostprocessor.from_index(index).postprocess_nodes(hits, query_str=query)
+    output = SCARNodePostprocessor.from_index(index, filters=None).postprocess_nodes(
+        hits, query_str=query
+    )
     assert len(output) == len(hits) == k
     assert len({n.node.node_id for n in output}) == k
 
@@ -51,7 +53,7 @@ def test_by_default_as_many_nodes_come_back_as_went_in(
 @pytest.mark.parametrize("query", QUERIES)
 def test_top_n_gives_exactly_top_n(index: VectorStoreIndex, query: str, top_n: int) -> None:
     hits = retrieve(index, query, 4)
-    scar = SCARNodePostprocessor.from_index(index, top_n=top_n)
+    scar = SCARNodePostprocessor.from_index(index, filters=None, top_n=top_n)
     output = scar.postprocess_nodes(hits, query_str=query)
     assert len(output) == top_n
     assert len({n.node.node_id for n in output}) == top_n
@@ -64,25 +66,27 @@ def test_fewer_only_when_fewer_exist() -> None:
         transformations=[splitter()],
     )
     hits = retrieve(tiny, QUERY, 1)
-    scar = SCARNodePostprocessor.from_index(tiny, top_n=6)
+    scar = SCARNodePostprocessor.from_index(tiny, filters=None, top_n=6)
     assert len(scar.postprocess_nodes(hits, query_str=QUERY)) == 2
 
 
 def test_paper_mode_keeps_every_seed_and_the_count_varies(index: VectorStoreIndex) -> None:
     hits = retrieve(index, QUERY, 3)
-    paper = SCARNodePostprocessor.from_index(index, mode="paper", gamma=0.6)
+    paper = SCARNodePostprocessor.from_index(index, filters=None, mode="paper", gamma=0.6)
     output = paper.postprocess_nodes(hits, query_str=QUERY)
     assert {h.node.node_id for h in hits} <= {n.node.node_id for n in output}
     assert len(output) > 3
-    seeds = SCARNodePostprocessor.from_index(index, mode="paper", top_n=1).postprocess_nodes(
-        hits, QueryBundle(QUERY)
-    )
+    seeds = SCARNodePostprocessor.from_index(
+        index, filters=None, mode="paper", top_n=1
+    ).postprocess_nodes(hits, QueryBundle(QUERY))
     assert {n.node.metadata["scar_seed_id"] for n in seeds} == {hits[0].node.node_id}
 
 
 def test_passages_are_runs_of_linked_nodes_in_document_order(index: VectorStoreIndex) -> None:
     hits = retrieve(index, QUERY, 6)
-    output = SCARNodePostprocessor.from_index(index).postprocess_nodes(hits, query_str=QUERY)
+    output = SCARNodePostprocessor.from_index(index, filters=None).postprocess_nodes(
+        hits, query_str=QUERY
+    )
     passages = [n.node.metadata["scar_passage"] for n in output]
     assert passages == sorted(passages)
     for before, after in itertools.pairwise(output):
@@ -99,7 +103,9 @@ def test_vectors_come_from_the_simple_vector_store_with_two_reads_at_most() -> N
         hits = retrieve(index, query, 4)
         assert all(h.node.embedding is None for h in hits)  # the docstore holds no vectors
         texts, docstore.reads = embed_model.texts_embedded, 0
-        scar = SCARNodePostprocessor.from_index(index, continuity_bonus=0.5)  # a neighbour is taken
+        scar = SCARNodePostprocessor.from_index(
+            index, filters=None, continuity_bonus=0.5
+        )  # a neighbour is taken
         output = scar.postprocess_nodes(hits, QueryBundle(query))
         assert embed_model.texts_embedded == texts
         assert docstore.reads <= 2
@@ -113,7 +119,9 @@ async def test_async_reads_are_counted_alike() -> None:
     index = hash_index(embed_model, docstore)
     hits = await index.as_retriever(similarity_top_k=4).aretrieve(QUERY)
     texts, docstore.reads = embed_model.texts_embedded, 0
-    await SCARNodePostprocessor.from_index(index).apostprocess_nodes(hits, QueryBundle(QUERY))
+    await SCARNodePostprocessor.from_index(index, filters=None).apostprocess_nodes(
+        hits, QueryBundle(QUERY)
+    )
     assert embed_model.texts_embedded == texts
     assert 1 <= docstore.reads <= 2
 
@@ -124,7 +132,7 @@ async def test_async_reads_are_counted_alike() -> None:
 @pytest.mark.parametrize("query", QUERIES)
 async def test_async_equals_sync(index: VectorStoreIndex, query: str, settings: Any) -> None:
     hits = retrieve(index, query, 5)
-    scar = SCARNodePostprocessor.from_index(index, **settings)
+    scar = SCARNodePostprocessor.from_index(index, filters=None, **settings)
     expected = scar.postprocess_nodes(hits, QueryBundle(query))
     assert summary(await scar.apostprocess_nodes(hits, QueryBundle(query))) == summary(expected)
 
@@ -132,7 +140,7 @@ async def test_async_equals_sync(index: VectorStoreIndex, query: str, settings: 
 def test_in_a_query_engine(index: VectorStoreIndex) -> None:
     from llama_index.core.llms import MockLLM
 
-    scar = SCARNodePostprocessor.from_index(index)
+    scar = SCARNodePostprocessor.from_index(index, filters=None)
     engine = index.as_query_engine(llm=MockLLM(), similarity_top_k=4, node_postprocessors=[scar])
     response = engine.query(QUERY)
     assert len(response.source_nodes) == 4
@@ -151,7 +159,7 @@ def test_qdrant_gives_nodes_with_vectors_and_a_sync_only_client_still_serves_asy
         embed_model=embed_model,
         transformations=[splitter()],
     )
-    scar = SCARNodePostprocessor.from_index(index, top_n=5)
+    scar = SCARNodePostprocessor.from_index(index, filters=None, top_n=5)
     hits = retrieve(index, QUERY, 4)
     texts = embed_model.texts_embedded
     expected = scar.postprocess_nodes(hits, QueryBundle(QUERY))

@@ -40,7 +40,7 @@ def s_score(degrees: float, via: float, lambda_: float = 0.1) -> float:
 
 
 def run(**settings: object) -> list:
-    postprocessor = SCARNodePostprocessor(docstore=docstore_of(A + B + C), **settings)
+    postprocessor = SCARNodePostprocessor(filters=None, docstore=docstore_of(A + B + C), **settings)
     return postprocessor.postprocess_nodes(scored(HITS, SCORES), QUERY)
 
 
@@ -79,7 +79,7 @@ def test_paper_mode_expands_every_seed_by_the_papers_rule() -> None:
 
 def test_a_preceding_neighbour_comes_before_its_hit() -> None:
     nodes = linked_nodes("d", [angle(d) for d in (80, 15, 5, 85)])
-    postprocessor = SCARNodePostprocessor(docstore=docstore_of(nodes), keep=1)
+    postprocessor = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes), keep=1)
     output = postprocessor.postprocess_nodes(scored([nodes[2], nodes[0]], [0.8, 0.2]), QUERY)
     assert ids_and_scores(output) == [("d1", pytest.approx(cos(15))), ("d2", 0.8)]
 
@@ -126,9 +126,9 @@ def test_settings_reach_the_selection() -> None:
 
 
 def test_neighbours_never_lack_a_score_and_hits_keep_theirs_even_none() -> None:
-    output = SCARNodePostprocessor(docstore=docstore_of(A + B + C), mode="paper").postprocess_nodes(
-        scored(HITS, [None, 0.5, 0.45]), QUERY
-    )
+    output = SCARNodePostprocessor(
+        filters=None, docstore=docstore_of(A + B + C), mode="paper"
+    ).postprocess_nodes(scored(HITS, [None, 0.5, 0.45]), QUERY)
     scores = dict(ids_and_scores(output))
     assert scores["a2"] is None
     assert scores["a3"] == pytest.approx(cos(25))
@@ -139,7 +139,9 @@ def test_the_stores_and_the_callers_nodes_are_not_changed() -> None:
     docstore = docstore_of(A + B + C)
     hits = scored([n.model_copy(deep=True) for n in HITS], SCORES)
     before = [n.node.model_dump() for n in hits]
-    SCARNodePostprocessor(docstore=docstore, mode="paper").postprocess_nodes(hits, QUERY)
+    SCARNodePostprocessor(filters=None, docstore=docstore, mode="paper").postprocess_nodes(
+        hits, QUERY
+    )
     assert [n.node.model_dump() for n in hits] == before
     assert docstore.get_node("a3").metadata == {}
 
@@ -164,14 +166,16 @@ def test_empty_input_gives_empty_output() -> None:
 
 
 def run_empty() -> list:
-    return SCARNodePostprocessor(docstore=docstore_of(A)).postprocess_nodes([], QUERY)
+    return SCARNodePostprocessor(filters=None, docstore=docstore_of(A)).postprocess_nodes([], QUERY)
 
 
 def test_a_query_without_embedding_is_embedded_with_the_embed_model() -> None:
     from li_support import WordHashEmbedding
 
     model = WordHashEmbedding({"what does a2 say?": angle(0.0)})
-    postprocessor = SCARNodePostprocessor(docstore=docstore_of(A + B + C), embed_model=model)
+    postprocessor = SCARNodePostprocessor(
+        filters=None, docstore=docstore_of(A + B + C), embed_model=model
+    )
     output = postprocessor.postprocess_nodes(scored(HITS, SCORES), query_str="what does a2 say?")
     assert [n.node.node_id for n in output] == ["a2", "a3", "b1"]
     assert model.queries_embedded == 1
@@ -190,7 +194,7 @@ def test_counts_kept_hits_and_order_hold_for_any_chain(
 ) -> None:
     nodes = linked_nodes("p", [angle(d) for d in angles])
     hits = scored([nodes[i % len(nodes)] for i in picks], [1.0 - r / 10 for r in range(len(picks))])
-    scar = SCARNodePostprocessor(docstore=docstore_of(nodes), mode=mode, top_n=top_n)
+    scar = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes), mode=mode, top_n=top_n)
     output = scar.postprocess_nodes(hits, QUERY)
     ids = [n.node.node_id for n in output]
     unique_hits = list(dict.fromkeys(h.node.node_id for h in hits))

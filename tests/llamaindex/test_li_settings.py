@@ -30,7 +30,7 @@ PAPER_ONLY = {"gamma": 0.5, "window": 2, "direction": "next"}
 
 
 def make(**settings: Any) -> SCARNodePostprocessor:
-    return SCARNodePostprocessor(docstore=SimpleDocumentStore(), **settings)
+    return SCARNodePostprocessor(filters=None, docstore=SimpleDocumentStore(), **settings)
 
 
 @pytest.mark.parametrize(("name", "value"), PAPER_ONLY.items())
@@ -94,7 +94,7 @@ def test_keep_above_top_n_is_refused() -> None:
 
 def test_keep_above_the_nodes_received_keeps_them_all() -> None:
     nodes = linked_nodes("a", [angle(d) for d in (5, 60, 10)])
-    scar = SCARNodePostprocessor(docstore=docstore_of(nodes), keep=3)
+    scar = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes), keep=3)
     output = scar.postprocess_nodes(
         scored([nodes[1], nodes[0]], [0.5, 0.4]), QueryBundle("q", embedding=angle(0))
     )
@@ -102,16 +102,16 @@ def test_keep_above_the_nodes_received_keeps_them_all() -> None:
 
 
 def test_a_store_to_read_from_is_required() -> None:
-    with pytest.raises(InvalidSettingsError, match=r"no docstore.*from_index\(index\)"):
-        SCARNodePostprocessor()
+    with pytest.raises(InvalidSettingsError, match=r"no docstore.*from_index\(index, filters="):
+        SCARNodePostprocessor(filters=None)
     with pytest.raises(InvalidSettingsError, match=r"stores_text=False.*docstore=index\.docstore"):
-        SCARNodePostprocessor(vector_store=SimpleVectorStore())
+        SCARNodePostprocessor(vector_store=SimpleVectorStore(), filters=None)
 
 
 def test_from_index_takes_the_stores_and_the_embed_model() -> None:
     embed_model = WordHashEmbedding()
     index = hash_index(embed_model)
-    scar = SCARNodePostprocessor.from_index(index, mode="paper", gamma=0.7)
+    scar = SCARNodePostprocessor.from_index(index, filters=None, mode="paper", gamma=0.7)
     assert scar.docstore is index.docstore
     assert scar.vector_store is index.vector_store
     assert scar.embed_model is embed_model
@@ -143,7 +143,7 @@ def test_unknown_or_foreign_settings_are_refused(given: dict[str, Any], named: s
     with pytest.raises(InvalidSettingsError, match=named):
         make(**given)
     with pytest.raises(InvalidSettingsError, match=named):
-        SCARNodePostprocessor.from_index(hash_index(WordHashEmbedding()), **given)
+        SCARNodePostprocessor.from_index(hash_index(WordHashEmbedding()), filters=None, **given)
 
 
 class WordHashEmbedder:
@@ -166,7 +166,9 @@ def test_scar_embedding_wraps_a_scar_core_embedder() -> None:
         documents(), embed_model=embed_model, transformations=[splitter()]
     )
     hits = index.as_retriever(similarity_top_k=3).retrieve(QUERY)
-    output = SCARNodePostprocessor.from_index(index).postprocess_nodes(hits, query_str=QUERY)
+    output = SCARNodePostprocessor.from_index(index, filters=None).postprocess_nodes(
+        hits, query_str=QUERY
+    )
     assert len(output) == 3
     assert embed_model.get_text_embedding("word3x2") == WordHashEmbedding().vector("word3x2")
 

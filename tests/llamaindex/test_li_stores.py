@@ -193,6 +193,7 @@ def test_faiss_without_the_index_map_says_to_build_from_the_index(tmp_path: Path
     index = store.index
     postprocessor = SCARNodePostprocessor(
         docstore=index.docstore,
+        filters=None,
         vector_store=index.vector_store,
         embed_model=store.embed_model,
         embedding_cache=EmbeddingCache(tmp_path),

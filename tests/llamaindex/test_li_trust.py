@@ -30,6 +30,7 @@ from li_stores import (
     GUARDED_QUERY,
     PUBLIC,
     TENANT_1,
+    WAYS_FORWARD,
     Built,
     check_guarded,
     check_passages_are_linked,
@@ -69,8 +70,6 @@ EITHER = MetadataFilters(
     condition=FilterCondition.OR,
 )
 BOTH = MetadataFilters(filters=[*PUBLIC.filters, *TENANT_1.filters])
-#: What the refusal must say: the two ways forward.
-WAYS_FORWARD = r"pass neighbor_filter=.*or pass allow_unfiltered_neighbors=True"
 
 
 @pytest.fixture(scope="module", params=list(GUARDED_STORES))
@@ -126,7 +125,7 @@ def test_the_retrievers_node_ids_and_doc_ids_bound_the_neighbours() -> None:
     ]:
         found = retriever.retrieve(BUNDLE)
         assert not set(names(found)) & excluded  # the search keeps within them
-        unbounded = SCARNodePostprocessor.from_index(index, mode="paper", window=2)
+        unbounded = SCARNodePostprocessor.from_index(index, filters=None, mode="paper", window=2)
         assert set(names(unbounded.postprocess_nodes(found, BUNDLE))) & excluded
         scar = SCARNodePostprocessor.from_retriever(retriever, mode="paper", window=2)
         assert not set(names(scar.postprocess_nodes(found, BUNDLE))) & excluded
@@ -138,7 +137,9 @@ async def test_a_node_deleted_from_a_simple_index_never_comes_back(retriever_fir
     index, secret = built.index, guarded_id("a2")
     early = index.as_retriever(similarity_top_k=4)  # its node_ids still name the node
     found = early.retrieve(BUNDLE)
-    assert "a2" in names(SCARNodePostprocessor.from_index(index).postprocess_nodes(found, BUNDLE))
+    assert "a2" in names(
+        SCARNodePostprocessor.from_index(index, filters=None).postprocess_nodes(found, BUNDLE)
+    )
     index.delete_nodes([secret])  # from the vector store; the docstore keeps it
     assert index.docstore.get_node(secret).node_id == secret
     retriever = early if retriever_first else index.as_retriever(similarity_top_k=4)
@@ -146,7 +147,7 @@ async def test_a_node_deleted_from_a_simple_index_never_comes_back(retriever_fir
     assert "a2" not in names(found)
     for scar in (
         SCARNodePostprocessor.from_retriever(retriever),
-        SCARNodePostprocessor.from_index(index, mode="paper", window=2),
+        SCARNodePostprocessor.from_index(index, filters=None, mode="paper", window=2),
     ):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # nothing embedded: the node is not read at all
@@ -168,9 +169,9 @@ def test_duplicate_input_nodes_come_back_once_and_distinct_nodes_fill_the_count(
         ([found[1], found[0], found[1], found[0]], {}),
         ([found[0]] * 3 + found[1:3], {"top_n": 4}),
     ]:
-        output = SCARNodePostprocessor.from_index(built.index, **settings).postprocess_nodes(
-            given, QueryBundle(query)
-        )
+        output = SCARNodePostprocessor.from_index(
+            built.index, filters=None, **settings
+        ).postprocess_nodes(given, QueryBundle(query))
         ids = [n.node.node_id for n in output]
         assert len(ids) == len(set(ids)) == 4
         assert given[0].node.node_id in ids  # the best hit is kept
@@ -189,7 +190,7 @@ def test_duplicates_under_a_filter_fill_the_count_with_nodes_it_admits() -> None
 def test_distinct_nodes_with_the_same_text_and_vector_are_not_merged() -> None:
     twins = linked_nodes("a", [angle(10), angle(10), angle(30)])
     twins[1].text = twins[0].text
-    output = SCARNodePostprocessor(docstore=docstore_of(twins)).postprocess_nodes(
+    output = SCARNodePostprocessor(filters=None, docstore=docstore_of(twins)).postprocess_nodes(
         scored(twins[:2], [0.9, 0.9]), QueryBundle("q", embedding=angle(0))
     )
     assert [n.node.node_id for n in output] == ["a0", "a1"]
@@ -199,7 +200,9 @@ def test_unlinked_duplicates_come_back_once() -> None:
     nodes = [TextNode(id_=f"u{i}", text=f"unlinked {i}", embedding=angle(i)) for i in range(2)]
     given = scored([nodes[0], nodes[0], nodes[1]], [0.9, 0.9, 0.8])
     with pytest.warns(UserWarning, match="PREVIOUS/NEXT"):
-        output = SCARNodePostprocessor(docstore=docstore_of(nodes)).postprocess_nodes(given)
+        output = SCARNodePostprocessor(filters=None, docstore=docstore_of(nodes)).postprocess_nodes(
+            given
+        )
     assert ids_and_scores(output) == [("u0", 0.9), ("u1", 0.8)]
 
 
@@ -257,7 +260,7 @@ def test_a_store_specific_filter_of_the_retriever_is_refused() -> None:
 def test_filters_set_after_construction_are_refused_at_the_first_query(
     guarded_faiss: Built,
 ) -> None:
-    scar = SCARNodePostprocessor.from_index(guarded_faiss.index)
+    scar = SCARNodePostprocessor.from_index(guarded_faiss.index, filters=None)
     found = hits(guarded_faiss, GUARDED_QUERY, 4)
     scar.filters = PUBLIC
     with pytest.raises(InvalidSettingsError, match="FaissVectorStore"):

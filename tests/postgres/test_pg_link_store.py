@@ -16,6 +16,7 @@ import pytest
 from langchain_core.documents import Document
 
 from lc_stores import Corpus, CountingEmbeddings, expected_links, make_corpus, store_ids
+from scar_core.errors import DataFormatError, InvalidSettingsError
 from scar_langchain import SCARRetriever, link_store
 from scar_langchain.link_store import LINK_KEYS
 from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
@@ -134,3 +135,30 @@ def test_pg_relinks_an_index_linked_under_other_ids(
     assert links(after) == expected_links(corpus, id_of)
     assert_only_links_changed(before, after)
     assert link_store(store).changed == 0
+
+
+def test_pg_two_tenants_sharing_a_source_are_refused_and_a_composite_key_links_them(
+    engine: Any, corpus: Corpus, table_name: str
+) -> None:
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+    clauses = [f"Clause {n}: the supplier delivers lot {n} within {n + 2} days." for n in range(8)]
+    split = RecursiveCharacterTextSplitter(
+        chunk_size=120, chunk_overlap=30, add_start_index=True
+    ).split_documents(
+        [
+            Document("\n\n".join(clauses), metadata={"source": "contract.txt", "tenant": "a"}),
+            Document(
+                "   " + "\n\n".join(c.replace("supplier", "vendor") for c in clauses),
+                metadata={"source": "contract.txt", "tenant": "b"},
+            ),
+        ]
+    )
+    store, _ = pg_store(engine, table_name, corpus, split)
+    with pytest.raises(DataFormatError, match=r"'contract.txt' do not tile one text"):
+        link_store(store)
+    assert store.upserts == []
+    with pytest.raises(InvalidSettingsError, match=r"document_key='sorce' names no chunk's"):
+        link_store(store, document_key="sorce")
+    report = link_store(store, document_key=("source", "tenant"))
+    assert (report.documents, report.linked, report.gaps) == (2, len(split), 0)

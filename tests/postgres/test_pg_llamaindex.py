@@ -6,7 +6,9 @@ the postprocessor must read the nodes and their embeddings through ``get_nodes``
 (their nodes carry the embeddings), embed no node, read at most twice per query beyond the
 search, and answer for the same hits as the same nodes and vectors in memory (a
 SimpleDocumentStore and a SimpleVectorStore) do, sync and async alike. And on a filtered search,
-no neighbour the search's filter excludes comes back (``get_nodes``/``aget_nodes`` with filters).
+no neighbour the search's filter excludes comes back (``get_nodes``/``aget_nodes`` with filters);
+two indexes on one table search, and so hold, the whole table; a store whose searches pass through
+``customize_query_fn`` is refused, as SCAR's reads by id do not.
 """
 
 from __future__ import annotations
@@ -25,20 +27,26 @@ from li_stores import (
     GUARDED_QUERY,
     QUERIES,
     ROUND_TRIPS,
+    WAYS_FORWARD,
     Built,
+    build,
     check_answers,
     check_async_equals_sync,
     check_cold_and_warm,
     check_guarded,
     check_round_trips,
     check_vectors,
+    check_within_index,
     guarded_nodes,
     hits,
     memory,
     names,
     pgvector_built,
+    pgvector_store,
     scar,
+    shared,
 )
+from scar_core.errors import InvalidSettingsError
 from scar_llamaindex import SCARNodePostprocessor
 
 pytestmark = pytest.mark.postgres
@@ -58,6 +66,9 @@ def guarded(postgres: Any) -> Iterator[Built]:
     on_pg = pgvector_built(postgres.uri("psycopg"), "scar_li_pg_guarded", nodes=guarded_nodes)
     yield on_pg
     asyncio.run(on_pg.index.vector_store.close())
+
+
+BUNDLE = QueryBundle(GUARDED_QUERY)
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +133,40 @@ async def test_an_or_filter_is_applied_whole(guarded: Built) -> None:
     ):
         assert "a2" not in names(output)
         assert len(output) > len(found)
+
+
+async def test_two_indexes_on_one_table_search_and_hold_the_whole_table(postgres: Any) -> None:
+    public, internal = shared("pgvector", pgvector_store(postgres.uri("psycopg"), "scar_li_shared"))
+    try:
+        assert names(internal.as_retriever(similarity_top_k=1).retrieve(BUNDLE)) == ["a2"]
+        everything = public.index.as_retriever(similarity_top_k=8).retrieve(BUNDLE)
+        assert "a2" in names(everything)  # the public index's own search covers the table
+        await check_within_index(public)
+    finally:
+        await public.index.vector_store.close()
+
+
+def public_only(stmt: Any, table: Any, **kwargs: Any) -> Any:
+    """A customize_query_fn that keeps the search to public rows, as a tenant clause would."""
+    return stmt.where(table.metadata_["access"].astext == "public")
+
+
+async def test_a_store_whose_searches_customize_their_sql_is_refused(postgres: Any) -> None:
+    uri = postgres.uri("psycopg")
+    store = pgvector_store(uri, "scar_li_customized", customize_query_fn=public_only)
+    built = build("pgvector", store, nodes=guarded_nodes)
+    try:
+        retriever = built.index.as_retriever(similarity_top_k=4)
+        found = await retriever.aretrieve(BUNDLE)
+        assert "a2" not in names(found)  # the customised search leaves the secret node out
+        refused = rf"(?s)PGVectorStore: it is built with customize_query_fn.*{WAYS_FORWARD}"
+        with pytest.raises(InvalidSettingsError, match=refused):
+            SCARNodePostprocessor.from_retriever(retriever)
+        with pytest.raises(InvalidSettingsError, match=refused):
+            SCARNodePostprocessor.from_index(built.index, filters=None)
+        guarded = SCARNodePostprocessor.from_retriever(
+            retriever, neighbor_filter=lambda metadata: metadata["access"] == "public"
+        )
+        assert "a2" not in names(await guarded.apostprocess_nodes(found, BUNDLE))
+    finally:
+        await store.close()

@@ -1,0 +1,80 @@
+"""The one-pass solver against the solver it replaced, and the limits it documents."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import legacy_selection as legacy
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_selection import corpus
+
+from scar_core import BudgetSettings, Chunk, InvalidSettingsError, ScarSettings, budget_select
+from scar_core.settings import MAX_AUCTION_HITS
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(0, 10_000), st.integers(1, 14), st.integers(1, 4), st.none() | st.floats(0.0, 1.0),
+    st.sampled_from(["both", "previous", "next"]),
+)  # fmt: skip
+def test_a_chunk_budget_selects_and_explains_exactly_as_before(seed, k, window, bonus, direction):
+    query, ranked, chunks = corpus(seed, documents=1 + seed % 4, length=3 + seed % 9)
+    keep = 1 + seed % k
+    bs = BudgetSettings(k=k, keep=keep, continuity_bonus=bonus, window=window, direction=direction)
+    new = budget_select(query, ranked, chunks, bs)
+    old = legacy.budget_select(query, ranked, chunks, bs)
+    assert new.passages == old.passages
+    assert [s.chunk_id for s in new.selected] == [s.chunk_id for s in old.selected]
+    assert new.continuity_bonus == old.continuity_bonus
+    assert [(d.neighbor_id, d.accepted) for d in new.decisions] == [
+        (d.neighbor_id, d.accepted) for d in old.decisions
+    ]
+    for got, want in zip(new.decisions, old.decisions, strict=True):
+        assert got.threshold == want.threshold  # the same sums in the same order: bit for bit
+
+
+def test_more_hits_than_the_limit_are_refused_naming_both() -> None:
+    query = np.array([1.0, 0.0])
+    hits = [f"h{i}" for i in range(MAX_AUCTION_HITS + 1)]
+    chunks = {h: Chunk(h, np.array([1.0, i / len(hits)]), None, None) for i, h in enumerate(hits)}
+    too_many = BudgetSettings(k=MAX_AUCTION_HITS + 1)
+    with pytest.raises(InvalidSettingsError, match=rf"{MAX_AUCTION_HITS + 1} retrieved.*k <= 1000"):
+        budget_select(query, hits, chunks, too_many)
+
+
+def test_an_adapter_k_past_the_limit_is_refused_when_it_is_set() -> None:
+    with pytest.raises(InvalidSettingsError, match=r"k=1001 is more.*k <= 1000"):
+        ScarSettings(k=MAX_AUCTION_HITS + 1)
+    assert ScarSettings(k=MAX_AUCTION_HITS + 1, mode="paper").k == MAX_AUCTION_HITS + 1
+
+
+def long_documents(k: int, seed: int = 0, dim: int = 16):
+    """``k`` hits in documents of 40 chunks, each of 100 to 500 tokens."""
+    from scar_core import Chunk, link_sequence
+
+    rng = np.random.default_rng(seed)
+    chunks = {}
+    for d in range(k // 4 + 1):
+        for link in link_sequence(f"d{d}", [f"d{d}-{p}" for p in range(40)]):
+            chunks[link.chunk_id] = Chunk(link.chunk_id, rng.normal(size=dim), link.previous_id,
+                                          link.next_id)  # fmt: skip
+    query = rng.normal(size=dim)
+    ranked = sorted(chunks, key=lambda c: -float(np.dot(chunks[c].vector, query)))[:k]
+    tokens = {c: int(rng.integers(100, 501)) for c in chunks}
+    return query, ranked, chunks, tokens
+
+
+def test_a_huge_token_budget_needs_memory_that_does_not_grow_with_it() -> None:
+    query, ranked, chunks, tokens = long_documents(100)
+    peaks = []
+    for limit in (8_000, 128_000):
+        tracemalloc.start()
+        selection = budget_select(query, ranked, chunks, BudgetSettings(k=100, max_tokens=limit),
+                                  tokens)  # fmt: skip
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert sum(tokens[c] for c in selection.chunk_ids) <= limit
+    assert max(peaks) < 300e6
