@@ -426,7 +426,7 @@ class, which takes an `AsyncQdrantClient`, is not supported.
 Each store holds the same {len(nodes)} nodes of {li_documents} documents, parsed by `SentenceSplitter`
 (which sets the PREVIOUS/NEXT relationships SCAR follows), with {li_stores.WordHashEmbedding().size}-dimensional unit float32
 vectors. Each of {len(li_stores.QUERIES)} queries is searched by the index's retriever, then post-processed by
-`SCARNodePostprocessor.from_index(index)`, sync and async, with k = 4 and 8 in budget mode and
+`SCARNodePostprocessor.from_index(index, filters=None)`, sync and async, with k = 4 and 8 in budget mode and
 k = 4 with the paper's rule. Counted as above: "chunks embedded" counts the texts the index's
 embed model embedded at query time (from an empty cache); "round trips" the calls of the store's
 public read per query (`Collection.get`, `QdrantClient.scroll`, `AsyncQdrantClient.scroll`,

@@ -55,6 +55,8 @@ __all__ = ["PAGE_KEYS", "LinkReport", "link_store", "replace_documents"]
 
 #: The keys link_store writes, in this order in a ``Links`` tuple.
 LINK_KEYS = (DOCUMENT_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY)
+#: Keys that describe one chunk, not its document: never compared by replace_documents.
+_PER_CHUNK = frozenset({*LINK_KEYS, CHUNK_ID_KEY, OFFSET_KEY, *PAGE_KEYS})
 #: Characters of each end of a chunk's text link_store keeps, to compare where chunks overlap.
 _WINDOW = 256
 #: Chunks per read and per write (Chroma writes at most its client's max batch size).
@@ -574,7 +576,10 @@ def replace_documents(
     ``vectorstore.add_documents``, then deletes, with
     the store's public ``delete``, every chunk that holds the same ``document_key`` values as
     one of them, was created by ``link_chunks`` (its ``scar_chunk_id`` is its store id) and is
-    not among the new chunks. Chunks SCAR did not create are never deleted.
+    not among the new chunks, and that carries every metadata value the new version's chunks of
+    its document all share (so a chunk of another tenant's upload with the same name, whose
+    ``tenant`` differs, is kept, and named in a warning). Chunks SCAR did not create are never
+    deleted.
 
     Args:
         vectorstore: A store SCAR can list (see :func:`link_store`).
@@ -591,7 +596,7 @@ def replace_documents(
     """
     names = key_names(document_key)
     new: dict[str, Document] = {}
-    replaced: set[str] = set()
+    shared: dict[str, dict[str, str]] = {}  # document -> the metadata all its new chunks hold
     for index, chunk in enumerate(chunks):
         metadata = chunk.metadata or {}
         values = _document_of(metadata, names)
@@ -602,23 +607,40 @@ def replace_documents(
                 f"link_chunks(..., document_key={document_key!r})'s chunks."
             )
         new[chunk.id] = chunk
-        replaced.add(json.dumps(canonical(list(values))))
-    held, stale = set(), []
-    _, pages = _linker_for(vectorstore, [*names, CHUNK_ID_KEY]).scan()
+        own = {k: json.dumps(canonical(v)) for k, v in metadata.items() if k not in _PER_CHUNK}
+        document = json.dumps(canonical(list(values)))
+        known = shared.setdefault(document, own)
+        shared[document] = {k: v for k, v in known.items() if own.get(k) == v}
+    keys = sorted({key for metadata in shared.values() for key in metadata})
+    held: set[str] = set()
+    stale: list[str] = []
+    kept: list[str] = []
+    _, pages = _linker_for(vectorstore, [*names, *keys, CHUNK_ID_KEY]).scan()
     for page in pages:
         for chunk_id, metadata, _ in page:
             held.add(chunk_id)
             values = _document_of(metadata, names)
-            if (
-                chunk_id not in new
-                and metadata.get(CHUNK_ID_KEY) == chunk_id
-                and values is not None
-                and json.dumps(canonical(list(values))) in replaced
-            ):
-                stale.append(chunk_id)
+            if values is None or chunk_id in new or metadata.get(CHUNK_ID_KEY) != chunk_id:
+                continue
+            document = json.dumps(canonical(list(values)))
+            if document not in shared:
+                continue
+            same = all(
+                k in metadata and json.dumps(canonical(metadata[k])) == v
+                for k, v in shared[document].items()
+            )
+            (stale if same else kept).append(chunk_id)
     added = [chunk_id for chunk_id in new if chunk_id not in held]
     if added:
         vectorstore.add_documents([new[i] for i in added], ids=added)
     if stale:
         vectorstore.delete(stale)
+    if kept:
+        warnings.warn(
+            f"replace_documents kept {len(kept)} chunk(s) of the same {list(names)} whose "
+            f"metadata differs from the new version's (another tenant's upload, say), e.g. "
+            f"{kept[:3]}; delete them with vectorstore.delete(ids) if they are stale, or pass a "
+            f"document_key that tells the documents apart.",
+            stacklevel=2,
+        )
     return stale

@@ -479,9 +479,9 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
 
     def _fallback_warning(self, reader: StoreReader) -> str:
         if self.vector_store is None:
-            fix = "pass vector_store=index.vector_store, or build it with from_index(index)"
+            fix = "pass vector_store=index.vector_store, or build it with from_index(index, filters=...)"
         elif self.index_struct is None:
-            fix = "build it with from_index(index), which also passes the index's index_struct"
+            fix = "build it with from_index(index, filters=...), which also passes the index's index_struct"
         else:
             fix = (
                 "use a store SCAR reads vectors from (Simple, FAISS, Chroma, Qdrant, PGVector, "

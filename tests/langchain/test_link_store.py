@@ -498,3 +498,23 @@ def test_replace_documents_deletes_only_the_old_version_scar_linked(
     kept = held(kind, store)
     assert sorted(kept) == sorted([*(str(c.id) for c in [*new, *old[8:]]), store_ids(1)[0]])
     assert replace_documents(store, new) == []  # re-ingesting the same version deletes nothing
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_replace_documents_keeps_another_tenants_upload_of_the_same_name(
+    kind: str, corpus: Corpus
+) -> None:
+    def upload(tenant: str, word: str) -> list[Document]:
+        return link_chunks(
+            Document(d.page_content.replace("text", word), metadata=d.metadata | {"tenant": tenant})
+            for d in corpus.split[:8]  # doc-0.txt, for both tenants
+        )
+
+    theirs, mine = upload("b", "teXt"), upload("a", "TEXT")
+    store = BUILDERS[kind](
+        CountingEmbeddings(corpus), [*theirs, *mine], [c.id for c in [*theirs, *mine]]
+    )
+    with pytest.warns(UserWarning, match=r"kept 8 chunk\(s\) of the same \['source'\]"):
+        deleted = replace_documents(store, upload("a", "tExt"))  # same length: tiles
+    assert sorted(deleted) == sorted(str(c.id) for c in mine)
+    assert {str(c.id) for c in theirs} <= set(held(kind, store))

@@ -198,6 +198,8 @@ def test_faiss_without_the_index_map_says_to_build_from_the_index(tmp_path: Path
         embed_model=store.embed_model,
         embedding_cache=EmbeddingCache(tmp_path),
     )
-    with pytest.warns(UserWarning, match=r"FaissVectorStore gave no.*from_index\(index\)"):
+    with pytest.warns(
+        UserWarning, match=r"FaissVectorStore gave no.*from_index\(index, filters=...\)"
+    ):
         output = postprocessor.postprocess_nodes(hits(store, QUERY_0, 4), QueryBundle(QUERY_0))
     assert output[0].node.metadata["scar_embedded"] > 0
