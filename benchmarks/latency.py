@@ -88,11 +88,19 @@ class Corpus:
         vocabulary = np.array(
             ["".join(rng.choice(list("etaoinshrdlucmfwyp"), 6)) for _ in range(800)]
         )
-        words = vocabulary[rng.integers(0, len(vocabulary), (size, 40))]
+        pool = " ".join(vocabulary[rng.integers(0, len(vocabulary), 60_000)])
+        lengths = rng.integers(400, 2001, size)  # 100 to 500 tokens by ceil(chars / 4)
+        starts = rng.integers(0, len(pool) - 2001, size)
         self.chunks = link_chunks(
             (
-                Document(" ".join(row)[:200], metadata={"source": f"doc-{i // PER_DOCUMENT}"})
-                for i, row in enumerate(words)
+                Document(
+                    pool[start : start + length],
+                    metadata={
+                        "source": f"doc-{i // PER_DOCUMENT}",
+                        "tenant": "ab"[i // PER_DOCUMENT % 2],
+                    },
+                )
+                for i, (start, length) in enumerate(zip(starts, lengths, strict=True))
             ),
             trust_order=True,
         )
