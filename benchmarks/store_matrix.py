@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -44,8 +43,7 @@ from lc_stores import (  # noqa: E402
     make_corpus,
     pgvector_store,
 )
-from scar_core.cache import EmbeddingCache  # noqa: E402
-from scar_core.query import ScarQuery  # noqa: E402
+from scar_core.driver import QueryDriver  # noqa: E402
 from scar_langchain import SCARRetriever  # noqa: E402
 
 COMMAND = "python benchmarks/store_matrix.py"
@@ -220,7 +218,7 @@ LI_VECTORS_FROM = {
     "QdrantVectorStore": "`get_nodes(node_ids)`: `client.scroll(with_vectors=True)`",
     "PGVectorStore": "`get_nodes(node_ids)`: one `SELECT` with the embeddings",
     "FaissMapVectorStore": "none (its node-to-row map is private): each text embedded once, "
-    "then read from the disk cache",
+    "then kept in the postprocessor's memory",
 }
 LI_ASYNC_ONLY = "`aget_nodes(node_ids)`: `aclient.scroll(with_vectors=True)`"
 LI_PACKAGES = {
@@ -245,24 +243,20 @@ LI_SETTINGS: list[tuple[int, dict[str, Any]]] = [(4, {}), (8, {}), (4, {"mode": 
 @contextmanager
 def counting_node_reads(counter: dict[str, int]) -> Iterator[None]:
     """Count the batched reads the query core asks for, sync or async."""
-    receive, areceive = ScarQuery.receive, ScarQuery.areceive
+    receive = QueryDriver.receive
 
-    def counted(self: ScarQuery, found: Any) -> None:
+    def counted(self: QueryDriver, chunks: Any) -> None:
         counter["reads"] += 1
-        receive(self, found)
+        receive(self, chunks)
 
-    async def acounted(self: ScarQuery, found: Any) -> None:
-        counter["reads"] += 1
-        await areceive(self, found)
-
-    ScarQuery.receive, ScarQuery.areceive = counted, acounted  # type: ignore[method-assign]
+    QueryDriver.receive = counted  # type: ignore[method-assign]
     try:
         yield
     finally:
-        ScarQuery.receive, ScarQuery.areceive = receive, areceive  # type: ignore[method-assign]
+        QueryDriver.receive = receive  # type: ignore[method-assign]
 
 
-def li_measure(built: li_stores.Built, cache: Path) -> dict[str, Any]:
+def li_measure(built: li_stores.Built) -> dict[str, Any]:
     """Query ``built`` sync (unless its client is async only) and async; count as ``measure``."""
     sync = built.kind != "qdrant-async"
     texts = built.embed_model.texts_embedded
@@ -274,7 +268,7 @@ def li_measure(built: li_stores.Built, cache: Path) -> dict[str, Any]:
     with counting_node_reads(counter), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
         for k, settings in LI_SETTINGS:
-            scar = li_stores.scar(built, embedding_cache=EmbeddingCache(cache), **settings)
+            scar = li_stores.scar(built, **settings)
             for query in li_stores.QUERIES:
                 bundle = QueryBundle(query)
                 if sync:
@@ -336,8 +330,7 @@ def llamaindex_rows(uri: str | None) -> list[list[str]]:
     rows = []
     for client, builder in builders:
         built = builder()
-        with tempfile.TemporaryDirectory(prefix="scar-matrix-cache-") as cache:
-            result = li_measure(built, Path(cache))
+        result = li_measure(built)
         store = built.index.vector_store
         if hasattr(store, "close"):
             asyncio.run(store.close())  # PGVectorStore's engines
@@ -417,7 +410,8 @@ this machine's, for one sync query, and only compare stores with each other.
 Any other LangChain store is read with `get_by_ids`, without vectors: SCAR then embeds each
 neighbour's text once (cached on disk, keyed by the embedding model) and warns once per store.
 `scar_langchain.link_store` links the chunks of the five stores above in place, through their
-own update or upsert, without re-embedding. `QdrantVectorStore` (langchain-qdrant 1.x) takes
+own update or upsert, without re-embedding; one class per store (`scar_langchain/stores.py`)
+serves both these writes and the reads above. `QdrantVectorStore` (langchain-qdrant 1.x) takes
 only a sync `QdrantClient`, so its async path is LangChain's executor; the deprecated `Qdrant`
 class, which takes an `AsyncQdrantClient`, is not supported.
 
@@ -428,7 +422,7 @@ Each store holds the same {len(nodes)} nodes of {li_documents} documents, parsed
 vectors. Each of {len(li_stores.QUERIES)} queries is searched by the index's retriever, then post-processed by
 `SCARNodePostprocessor.from_index(index, filters=None)`, sync and async, with k = 4 and 8 in budget mode and
 k = 4 with the paper's rule. Counted as above: "chunks embedded" counts the texts the index's
-embed model embedded at query time (from an empty cache); "round trips" the calls of the store's
+embed model embedded at query time; "round trips" the calls of the store's
 public read per query (`Collection.get`, `QdrantClient.scroll`, `AsyncQdrantClient.scroll`,
 `get_nodes`, `aget_nodes`), beside the docstore's in-process reads; "SCAR reads" the batched
 reads the query driver asked for. Milliseconds are for one sync query (async for the async-only
@@ -443,8 +437,8 @@ with only a sync client its `aget_nodes` raises, so SCAR warns once and reads wi
 a worker thread; with only an `AsyncQdrantClient` the sync path cannot read (`NeighborFetchError`
 names the store). Two `:memory:` clients do not share data, so give a store both clients only on
 a server. Any other store is read with `get_nodes` (of the vector store if it keeps text, else of
-the docstore): nodes that come without embeddings are embedded once (cached on disk, keyed by the
-embedding model), and SCAR warns once per store, naming it and the fix, as for
+the docstore): nodes that come without embeddings are embedded once (kept in the postprocessor's
+memory, per store and embed model), and SCAR warns once per store, naming it and the fix, as for
 `FaissMapVectorStore` above.
 """
 

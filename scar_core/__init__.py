@@ -1,7 +1,7 @@
 """SCAR core: Semantic Continuity-Aware Retrieval as plain numpy, free of any framework.
 
-Most code needs :class:`QueryDriver` (what the adapters use) or :func:`select` (everything in
-memory)::
+Most code needs :class:`QueryDriver` (one query, reading what it asks for: what the adapters
+use) or :func:`select` (everything in memory)::
 
     from scar_core import BudgetSettings, Chunk, select
     selection = select(query_vector, hit_ids, chunks_by_id, BudgetSettings(k=4))
@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from scar_core.calibration import suggest_continuity_bonus
-from scar_core.driver import QueryDriver, distinct_ids
+from scar_core.driver import QueryDriver, VectorMemory, distinct_ids
 from scar_core.errors import (
     DataFormatError,
     EmbeddingError,
@@ -62,6 +62,7 @@ __all__ = [
     "ScarSettings",
     "Selected",
     "Selection",
+    "VectorMemory",
     "__version__",
     "boundary_penalty",
     "budget_select",

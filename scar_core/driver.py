@@ -1,43 +1,58 @@
-"""The query driver: which chunks to read next, and what to select once they have arrived.
+"""One SCAR query from hits to trace, for both adapters, sync or async, with no I/O of its own.
 
-The driver performs no I/O. An adapter feeds it the retrieved chunks, asks :meth:`QueryDriver.wanted`
-for the ids to read, reads them from its store (sync or async, as it likes), hands them back with
-:meth:`QueryDriver.receive`, and repeats until nothing more is wanted::
+The driver says which chunk ids to read next and, once they have arrived, what it selects; the
+adapter performs the reads with its store's own sync or async API, and embeds what no store gave
+a vector for with the user's own embedding model::
 
-    driver = QueryDriver(query_vector, hits, settings)
+    driver = QueryDriver.for_adapter(query_vector, hits, settings, k, memory=memory)
     while ids := driver.wanted():
-        driver.receive(read_chunks(ids))   # the adapter's only job
-    selection = driver.result()
+        driver.receive(read(ids))            # async: driver.receive(await aread(ids))
+        if texts := driver.lacking():
+            driver.embedded(embed(texts))    # async: driver.embedded(await aembed(texts))
+    for chunk, trace in driver.returned():   # passage by passage
+        render(chunk.item, trace)
 
-Reads go ring by ring: the first read brings every chunk one step from a retrieved chunk (and the
-vectors of retrieved chunks the search returned without one), the next read the chunks two steps
-away, up to the mode's ``window``. So a query costs exactly ``window`` reads beyond the search, and
-the selection is exactly what :func:`scar_core.selection.select` gives on the full graph.
+Hits are given as :class:`~scar_core.chunks.Chunk` records, best first; that record goes through
+the whole query and comes back with its trace. Hits with one id and one content are one chunk;
+the first ``k`` distinct hits are kept, and the query vector is normalised, once, here.
+
+Reads go ring by ring: the first read brings every chunk one step from a hit (and the vectors of
+hits the search returned without one), the next the chunks two steps away, up to the mode's
+``window``. So a query costs exactly ``window`` reads beyond the search, and the selection is
+exactly what :func:`scar_core.selection.select` gives on the full graph.
 """
 
 from __future__ import annotations
 
+import numbers
 import uuid
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy.typing as npt
 
+from scar_core.chunks import Chunk, Scored, Selected, Selection, step_out
+from scar_core.errors import InvalidSettingsError, InvalidVectorError, warn_once
 from scar_core.scoring import unit_vector
-from scar_core.selection import Chunk, Selection, select, step_out
-from scar_core.settings import BudgetSettings, PaperSettings
+from scar_core.selection import fill_in_order, selected_by
+from scar_core.settings import BudgetSettings, PaperSettings, ScarSettings, estimate_tokens
 
-__all__ = ["UNSTORED_HIT_PREFIX", "QueryDriver", "distinct_ids"]
+__all__ = ["UNSTORED_HIT_PREFIX", "QueryDriver", "VectorMemory", "distinct_ids", "linked"]
 
 #: Prefix of the ids :func:`distinct_ids` makes for hits without an id of their own.
 UNSTORED_HIT_PREFIX = "scar-hit-"
+#: The decision fields a neighbour's trace carries.
+DECISION_FIELDS = ("relevance", "boundary_penalty", "score", "threshold")
 
 
 def distinct_ids(hits: Sequence[tuple[str | None, Hashable]]) -> list[str]:
     """Return one id per retrieved chunk, such that distinct chunks never share one.
 
     Args:
-        hits: Each retrieved chunk's id (``None`` if it has none) and a key of its content (its
-            text and metadata, say), best first.
+        hits: Each retrieved chunk's id (``None`` or ``""`` if it has none) and a key of its
+            content (its text and metadata, say), best first.
 
     Returns:
         The ids, in order. Hits with the same id and the same content are one chunk and share
@@ -56,41 +71,109 @@ def distinct_ids(hits: Sequence[tuple[str | None, Hashable]]) -> list[str]:
     return ids
 
 
+class VectorMemory:
+    """The vectors of texts an adapter had to embed, the latest ``size`` kept in memory only.
+
+    Keep one per adapter (and embedding model): a text met again is not embedded again. Nothing
+    is written to disk; for a persistent cache, give the adapter cache-backed embeddings.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._vectors: OrderedDict[str, npt.ArrayLike] = OrderedDict()
+
+    def get(self, text: str) -> npt.ArrayLike | None:
+        """The vector of ``text``, if kept."""
+        vector = self._vectors.get(text)
+        if vector is not None:
+            self._vectors.move_to_end(text)
+        return vector
+
+    def put(self, text: str, vector: npt.ArrayLike) -> None:
+        """Keep ``vector`` for ``text``, forgetting the least recently used beyond ``size``."""
+        self._vectors[text] = vector
+        self._vectors.move_to_end(text)
+        while len(self._vectors) > self.size:
+            self._vectors.popitem(last=False)
+
+
 class QueryDriver:
     """Drive one SCAR query without doing any I/O.
 
+    When no hit went through linking, nothing is read and the first ``k`` hits come back as they
+    are (plain top-k), so the query vector may then be ``None``.
+
     Args:
-        query: The query embedding.
-        hits: The retrieved chunks, best first, with whatever vectors and links the search gave.
-            Only the first ``settings.k`` are used: no further hit can win a slot.
-        settings: The mode and its settings.
-        unstored: Ids of hits that no store holds (those :func:`distinct_ids` made up): they
-            are never asked for.
+        query: The query embedding (``None``: only if no hit is linked).
+        hits: The search's hits, best first.
+        settings: The mode's settings at this query's ``k`` (:meth:`ScarSettings.for_query`).
+        neighbor_filter: Whether a neighbour read may be returned, from its metadata.
+        tokenizer: Counts a chunk's tokens with ``max_tokens`` (default
+            :func:`~scar_core.settings.estimate_tokens`).
+        memory: Where texts embedded for chunks without a vector are kept; ``None``: such chunks
+            are not embedded (:meth:`lacking` is empty) and stay unscored.
+        owner: What warnings are about, once each (the store).
 
     Raises:
-        InvalidVectorError: If the query vector is unusable.
+        InvalidVectorError: If a hit is linked and the query vector is missing or unusable.
     """
 
     def __init__(
         self,
-        query: npt.ArrayLike,
+        query: npt.ArrayLike | None,
         hits: Sequence[Chunk],
         settings: BudgetSettings | PaperSettings,
-        unstored: Collection[str] = (),
+        *,
+        neighbor_filter: Callable[[Mapping[str, Any]], bool] | None = None,
+        tokenizer: Callable[[str], int] | None = None,
+        memory: VectorMemory | None = None,
+        owner: object = None,
     ) -> None:
-        self.query = unit_vector(query)
-        self.unstored = frozenset(unstored)
-        self.settings = settings
-        unique: dict[str, Chunk] = {}
-        for hit in hits:
-            unique.setdefault(hit.id, hit)
-        self.hit_ids = list(unique)[: settings.k]
-        self.chunks: dict[str, Chunk] = {h: unique[h] for h in self.hit_ids}
+        self.settings, self.neighbor_filter, self.tokenizer = settings, neighbor_filter, tokenizer
+        self.memory, self.owner = memory, owner
+        ids = distinct_ids([(h.id, _content_key(h)) for h in hits])
+        #: Every hit's id: a hit read as a neighbour is never refused by ``neighbor_filter``.
+        self.all_hits = frozenset(ids)
+        self._unstored = frozenset(i for i, h in zip(ids, hits, strict=True) if i != h.id)
+        first: dict[str, Chunk] = {}
+        for chunk_id, hit in zip(ids, hits, strict=True):
+            first.setdefault(chunk_id, hit if hit.id == chunk_id else replace(hit, id=chunk_id))
+        self.hit_ids = list(first)[: settings.k]
+        #: Every chunk known so far, hits first: the one record of each, read or not.
+        self.chunks: dict[str, Chunk] = {h: first[h] for h in self.hit_ids}
+        #: Whether SCAR expands: some hit went through linking (else plain top-k).
+        self.linked = linked(hits)
+        if self.linked and query is None:
+            raise InvalidVectorError("SCAR needs the query's embedding to expand linked hits.")
+        self.query = unit_vector(query) if self.linked and query is not None else None
         self.missing: set[str] = set()
+        #: Texts this query embedded (not found in ``memory``).
+        self.embedded_count = 0
         #: Reads received so far; also how far from the hits the walk has come.
         self.reads = 0
-        self._ring = list(self.hit_ids)
+        self._ring = list(self.hit_ids) if self.linked else []
         self._asked: list[str] = []
+        self._lacking: list[str] = []
+
+    @classmethod
+    def for_adapter(
+        cls,
+        query: npt.ArrayLike | None,
+        hits: Sequence[Chunk],
+        settings: ScarSettings,
+        k: int,
+        memory: VectorMemory | None = None,
+        owner: object = None,
+    ) -> QueryDriver:
+        """The driver of an adapter's query: ``settings`` at budget ``k``, with its callables.
+
+        ``k`` may be 0 only when no hit is linked (a postprocessor given no nodes, say).
+        """
+        mode = settings.for_query(k if linked(hits) else max(k, 1))
+        return cls(
+            query, hits, mode, neighbor_filter=settings.neighbor_filter,
+            tokenizer=settings.tokenizer, memory=memory, owner=owner,
+        )  # fmt: skip
 
     def wanted(self) -> list[str]:
         """Return the chunk ids to read next (with their vectors), or ``[]`` when done.
@@ -107,7 +190,7 @@ class QueryDriver:
         }
         if self.reads == 0:
             unread = [h for h in self.hit_ids if self.chunks[h].vector is None]
-            ring = {h: None for h in unread if h not in self.unstored} | ring
+            ring = {h: None for h in unread if h not in self._unstored} | ring
         self._asked = list(ring)
         if not self._asked:
             self._ring = []
@@ -116,7 +199,8 @@ class QueryDriver:
     def receive(self, chunks: Iterable[Chunk]) -> None:
         """Take the chunks read for the last :meth:`wanted`; ids not among them count as missing.
 
-        A retrieved chunk read again keeps the links the search gave it and takes the new vector.
+        A neighbour ``neighbor_filter`` refuses counts as missing. A hit read again keeps its own
+        record and the links the search gave it, and takes the vector read.
 
         Raises:
             RuntimeError: If no read is outstanding (``wanted()`` returned nothing, or was not
@@ -127,24 +211,153 @@ class QueryDriver:
                 "QueryDriver.receive() was called with no read outstanding; call wanted() first "
                 "and receive() once with what was read for it."
             )
-        arrived = {chunk.id: chunk for chunk in chunks if chunk.id in self._asked}
+        allowed = self.neighbor_filter
+        arrived: dict[str, Chunk] = {}
+        for chunk in chunks:
+            if chunk.id not in self._asked or chunk.id in arrived:
+                continue
+            if allowed is None or chunk.id in self.all_hits or allowed(dict(chunk.metadata)):
+                arrived[chunk.id] = chunk
         for chunk_id, chunk in arrived.items():
             known = self.chunks.get(chunk_id)
             if known is not None:
-                chunk = Chunk(chunk_id, chunk.vector, known.previous_id or chunk.previous_id,
-                              known.next_id or chunk.next_id)  # fmt: skip
+                chunk = replace(known, vector=chunk.vector,
+                                previous_id=known.previous_id or chunk.previous_id,
+                                next_id=known.next_id or chunk.next_id)  # fmt: skip
+            if chunk.vector is None and self.memory is not None:
+                remembered = self.memory.get(chunk.text)
+                if remembered is None:
+                    self._lacking.append(chunk_id)
+                else:
+                    chunk = replace(chunk, vector=remembered)
             self.chunks[chunk_id] = chunk
         self.missing.update(c for c in self._asked if c not in arrived)
-        new = [c for c in arrived if c not in self.hit_ids]
-        self._ring = new
+        self._ring = [c for c in arrived if c not in self.hit_ids]
         self._asked = []
         self.reads += 1
 
-    def result(self, tokens: Mapping[str, int] | None = None) -> Selection:
+    def lacking(self) -> list[str]:
+        """The texts to embed: of chunks read without a vector (``[]`` without ``memory``)."""
+        return list(dict.fromkeys(self.chunks[c].text for c in self._lacking))
+
+    def embedded(self, vectors: Sequence[npt.ArrayLike]) -> None:
+        """Take the vectors of :meth:`lacking`'s texts, in order, and keep them in ``memory``."""
+        texts = self.lacking()
+        if len(vectors) != len(texts) or self.memory is None:
+            raise RuntimeError(
+                f"QueryDriver.embedded() got {len(vectors)} vectors for the {len(texts)} texts "
+                "lacking() returned; pass one vector per text, in order."
+            )
+        for text, vector in zip(texts, vectors, strict=True):
+            self.memory.put(text, vector)
+        for chunk_id in self._lacking:
+            chunk = self.chunks[chunk_id]
+            self.chunks[chunk_id] = replace(chunk, vector=self.memory.get(chunk.text))
+        self.embedded_count += len(texts)
+        self._lacking = []
+
+    def result(self) -> Selection:
         """Return the selection over everything read so far.
 
-        Args:
-            tokens: Each chunk's tokens, needed with ``max_tokens`` (see
-                :func:`scar_core.selection.budget_select`).
+        Raises:
+            InvalidSettingsError: With ``max_tokens``, if the tokenizer fails on a text.
         """
-        return select(self.query, self.hit_ids, self.chunks, self.settings, tokens)
+        if self.query is None:
+            raise RuntimeError("QueryDriver.result() needs a linked hit; see returned().")
+        tokens = None
+        if isinstance(self.settings, BudgetSettings) and self.settings.max_tokens is not None:
+            tokens = self._tokens(self.chunks)
+        scored = Scored(self.query, self.chunks)
+        return selected_by(scored, self.hit_ids, self.chunks, self.settings, tokens)
+
+    def returned(self) -> list[tuple[Chunk, dict[str, Any]]]:
+        """The chunks to return, passage by passage, each with the trace for its metadata.
+
+        With ``max_tokens``, each chunk's tokens are counted from its text (once) with the
+        tokenizer; when no hit is linked, the hits come in rank order until the next one does
+        not fit (the first always does).
+        """
+        if self.query is None:  # nothing linked: the hits as they came
+            first = self.hit_ids
+            limit = getattr(self.settings, "max_tokens", None)  # budget mode only
+            if limit is not None:
+                counts = self._tokens(first)
+                first = first[: fill_in_order([counts[i] for i in first], limit)]
+            return [self._traced(i, n, None, False) for n, i in enumerate(first)]
+        selection = self.result()
+        expanded = self._check_vectors(selection)
+        picked = {s.chunk_id: s for s in selection.selected}
+        return [
+            self._traced(chunk_id, number, picked[chunk_id], expanded)
+            for number, passage in enumerate(selection.passages)
+            for chunk_id in passage
+        ]
+
+    def _tokens(self, ids: Iterable[str]) -> dict[str, int]:
+        """Each chunk's tokens, by the tokenizer (default :func:`estimate_tokens`).
+
+        Raises:
+            InvalidSettingsError: If the tokenizer raises, or returns anything but an integer
+                >= 0.
+        """
+        count = self.tokenizer or estimate_tokens
+        counts: dict[str, int] = {}
+        for chunk_id in ids:
+            try:
+                n = count(self.chunks[chunk_id].text)
+            except Exception as error:
+                raise InvalidSettingsError(
+                    f"tokenizer={count!r} raised {type(error).__name__}: {error} on the text of "
+                    f"chunk {chunk_id!r}; it must take a text (str) and return its token count."
+                ) from error
+            if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+                raise InvalidSettingsError(
+                    f"tokenizer returned {n!r} for chunk {chunk_id!r}; it must return the "
+                    "text's token count, an integer >= 0."
+                )
+            counts[chunk_id] = int(n)
+        return counts
+
+    def _check_vectors(self, selection: Selection) -> bool:
+        """Whether some hit could be scored; warns once about chunks without a usable vector."""
+        assert self.query is not None
+        usable = Scored(self.query, self.chunks).units
+        held = [c for c in selection.unscored if c in self.chunks] + [
+            h for h in self.hit_ids if h not in usable and self.chunks[h].vector is not None
+        ]
+        if held:
+            dimension = self.query.shape[0]
+            warn_once(
+                "unscored",
+                self.owner if self.owner is not None else self.settings,
+                f"{len(held)} chunk(s) had no usable embedding (NaN, zero, or a dimension other "
+                f"than the query's {dimension}), so SCAR could not score them; check that the "
+                "query is embedded with the model the index was built with.",
+                stacklevel=5,
+            )
+        return any(h in usable for h in self.hit_ids)
+
+    def _traced(
+        self, chunk_id: str, passage: int, selected: Selected | None, expanded: bool
+    ) -> tuple[Chunk, dict[str, Any]]:
+        trace: dict[str, Any] = {
+            "scar_passage": passage,
+            "scar_origin": selected.origin if selected else "hit",
+            "scar_score": selected.score if selected else None,
+            "scar_seed_id": selected.seed_id if selected else chunk_id,
+            "scar_expanded": expanded,
+            "scar_embedded": self.embedded_count,
+        }
+        if selected is not None and selected.decision is not None:
+            trace["scar_decision"] = {n: getattr(selected.decision, n) for n in DECISION_FIELDS}
+        return self.chunks[chunk_id], trace
+
+
+def linked(hits: Iterable[Chunk]) -> bool:
+    """Whether some hit went through linking, so that SCAR can expand."""
+    return any(h.linked or h.previous_id or h.next_id for h in hits)
+
+
+def _content_key(chunk: Chunk) -> str:
+    """What tells two hits with one id apart: their text and metadata."""
+    return repr((chunk.text, sorted(chunk.metadata.items(), key=str)))

@@ -30,6 +30,7 @@ from scar_core.errors import (
     InvalidSettingsError,
     missing_dependency,
 )
+from scar_core.settings import check_int
 
 if TYPE_CHECKING:
     import openai
@@ -77,11 +78,6 @@ def _import(name: str, extra: str) -> ModuleType:
         raise missing_dependency(name, extra) from exc
 
 
-def _check_int(name: str, value: object, minimum: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidSettingsError(f"{name}={value!r} is not valid; pass an integer >= {minimum}.")
-
-
 class SentenceTransformerEmbedder:
     """Embed texts with a sentence-transformers model, loaded on first use.
 
@@ -112,7 +108,7 @@ class SentenceTransformerEmbedder:
     ) -> None:
         if importlib.util.find_spec("sentence_transformers") is None:
             raise missing_dependency("sentence_transformers", "sentence-transformers")
-        _check_int("batch_size", batch_size)
+        check_int("batch_size", batch_size)
         self.model = model
         self.model_name = DEFAULT_MODEL_NAME if model is None else model
         self.batch_size = batch_size
@@ -221,10 +217,10 @@ class OpenAIEmbedder:
         dimensions: int | None = None,
     ) -> None:
         self._openai = _import("openai", "openai")
-        _check_int("batch_size", batch_size)
-        _check_int("max_retries", max_retries, 0)
+        check_int("batch_size", batch_size)
+        check_int("max_retries", max_retries, 0)
         if dimensions is not None:
-            _check_int("dimensions", dimensions)
+            check_int("dimensions", dimensions)
         if client is None:
             try:
                 client = self._openai.OpenAI(

@@ -7,6 +7,8 @@ catches those keeps working.
 
 from __future__ import annotations
 
+import warnings
+import weakref
 from typing import Any
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "missing_dependency",
     "settings_error_in",
     "unfilterable_store_error",
+    "warn_once",
 ]
 
 
@@ -101,3 +104,21 @@ def settings_error_in(error: Exception) -> InvalidSettingsError | None:
     details: list[dict[str, Any]] = getattr(error, "errors", list)()
     wrapped = [d.get("ctx", {}).get("error") for d in details]
     return next((e for e in wrapped if isinstance(e, InvalidSettingsError)), None)
+
+
+_warned: dict[tuple[str, int], weakref.ref[Any] | None] = {}
+
+
+def warn_once(reason: str, owner: object, message: str, stacklevel: int = 3) -> None:
+    """Warn ``message`` the first time ``reason`` comes up for ``owner`` (a store, an adapter)."""
+    key = (reason, id(owner))
+    known = _warned.get(key)
+    if known is not None and known() is owner:
+        return
+    try:
+        _warned[key] = weakref.ref(owner, lambda _: _warned.pop(key, None))
+    except TypeError:  # an object without weak references: warned once per id
+        if key in _warned:
+            return
+        _warned[key] = None
+    warnings.warn(message, stacklevel=stacklevel)

@@ -2,7 +2,7 @@
 
 Both take the query vector, the retrieved chunk ids best first, and a mapping of every chunk they
 may look at (its vector and its previous/next links). Neither reads from a store:
-:class:`scar_core.driver.QueryDriver` decides what to read and then calls :func:`select`.
+:class:`scar_core.driver.QueryDriver` decides what to read and then selects.
 
 **Paper mode** (:func:`paper_expand`). Seeds are walked best first; in each allowed direction the
 walk visits the chunks 1, 2, ... ``window`` steps away. A chunk already selected is passed
@@ -24,57 +24,43 @@ by default each query's own, :func:`scar_core.scoring.query_continuity_bonus`),
 and a run of two or three neighbours bids as a whole against the further hits it would displace.
 The best set is found exactly, by one dynamic programme over the chains of linked candidates laid
 end to end, vectorised over the weight taken (1 a chunk, or its tokens).
-
-The programme (:func:`_sweep`) walks the candidates chain after chain; each chunk ``x`` is in one
-of three states, reached from the state of the chunk before it (``pair`` is ``alpha - lambda_ * b``
-with it, counted only inside a chain; at a chain's start, "from" means "after closing the run"):
-
-============  ===============================  =============================================
-state         meaning                          from, adding
-============  ===============================  =============================================
-``OUT``       not taken                        ``OUT`` or ``ANCHORED``, 0 (never ``OPEN``: a
-                                               run must hold a hit; a forced hit is never OUT)
-``OPEN``      taken, its run holds no hit yet  ``OUT``: ``v(x)``; ``OPEN``: ``v(x) + pair``
-                                               (only if ``x`` is not a hit)
-``ANCHORED``  taken, its run holds a hit       ``OUT``: ``v(x)`` if ``x`` is a hit; ``OPEN``:
-                                               ``v(x) + pair`` if it is; ``ANCHORED``:
-                                               ``v(x) + pair``
-============  ===============================  =============================================
-
-Each state's best total is kept for every weight taken so far (a chunk weighs 1, or its tokens),
-as a numpy vector; the answer is the best ``OUT`` or ``ANCHORED`` total at weight ``k`` (or at
-most ``max_tokens``). A second pass from the other end gives each decision's flip threshold.
+(:mod:`scar_core.auction` holds the programme, with the table of its states).
 
 A chunk whose vector is missing or unusable is never scored: as a neighbour it ends the walk and is
 listed in :attr:`Selection.unscored`; as a retrieved chunk it keeps its rank (it bids like the
 retrieved chunk just above it) but grows no passage.
-
-This module is longer than most (about 700 lines) because it holds both selections and the exact
-solver they share the chunk records, walk and passages with; split, the pieces would only import
-each other.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
 
-import numpy as np
 import numpy.typing as npt
 
+from scar_core.auction import CountAuction, Line, TokenAuction, flip_gains
+from scar_core.chunks import (
+    Chunk,
+    Decision,
+    Scored,
+    Selected,
+    Selection,
+    Step,
+    hit_relevance,
+    passages,
+    runs,
+    step_out,
+    steps,
+)
 from scar_core.errors import InvalidSettingsError
 from scar_core.scoring import (
     boundary_penalty,
     expansion_score,
     paper_threshold,
     query_continuity_bonus,
-    unit_rows,
     unit_vector,
 )
-from scar_core.settings import MAX_AUCTION_HITS, BudgetSettings, Direction, PaperSettings
+from scar_core.settings import MAX_AUCTION_HITS, BudgetSettings, PaperSettings
 
 __all__ = [
     "Chunk",
@@ -85,206 +71,8 @@ __all__ = [
     "fill_in_order",
     "paper_expand",
     "select",
+    "selected_by",
 ]
-
-Step = Literal["previous", "next"]
-Origin = Literal["hit", "neighbor"]
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """What SCAR needs to know of one chunk.
-
-    Attributes:
-        id: The chunk's id in the store.
-        vector: Its embedding, or ``None`` when none could be had.
-        previous_id: The id of the chunk before it in its document, if any.
-        next_id: The id of the chunk after it, if any.
-    """
-
-    id: str
-    vector: npt.ArrayLike | None = None
-    previous_id: str | None = None
-    next_id: str | None = None
-
-    def step(self, direction: Step) -> str | None:
-        """Return the id one step away in ``direction`` (a link to itself counts as none)."""
-        target = self.previous_id if direction == "previous" else self.next_id
-        return target if target and target != self.id else None
-
-
-@dataclass(frozen=True)
-class Decision:
-    """How one neighbour was decided.
-
-    Attributes:
-        neighbor_id: The candidate chunk.
-        seed_id: The retrieved chunk whose passage it would extend.
-        via_id: The chunk across whose boundary the penalty was measured.
-        direction: ``"previous"`` or ``"next"``.
-        distance: Steps from the retrieved chunk.
-        relevance: ``cos(q, n)``.
-        boundary_penalty: ``b = 1 - cos(via, n)``.
-        score: ``S = relevance - lambda_ * b``.
-        threshold: The bar ``S`` was compared with: accepted exactly when ``S > threshold``. In
-            paper mode ``gamma * cos(q, seed)``; in budget mode the score at which the auction's
-            verdict on this neighbour would flip, all else equal: ``S`` less what taking it
-            gains (or plus what it would cost) the best total bid, within the range of ``S``,
-            ``[-1 - 2 * lambda_, 1]``.
-        accepted: Whether it was selected.
-    """
-
-    neighbor_id: str
-    seed_id: str
-    via_id: str
-    direction: Step
-    distance: int
-    relevance: float
-    boundary_penalty: float
-    score: float
-    threshold: float
-    accepted: bool
-
-
-@dataclass(frozen=True)
-class Selected:
-    """One selected chunk.
-
-    Attributes:
-        chunk_id: Its id.
-        origin: ``"hit"`` for a retrieved chunk, ``"neighbor"`` for an added one.
-        seed_id: The retrieved chunk it belongs to (itself for a hit).
-        seed_rank: Zero-based rank of that retrieved chunk.
-        score: ``cos(q, c)`` for a hit, ``S`` for a neighbour.
-        decision: The decision that added a neighbour; ``None`` for a hit.
-    """
-
-    chunk_id: str
-    origin: Origin
-    seed_id: str
-    seed_rank: int
-    score: float
-    decision: Decision | None = None
-
-
-@dataclass(frozen=True)
-class Selection:
-    """What SCAR selected for one query.
-
-    Attributes:
-        selected: The chunks: retrieved chunks best first, then neighbours (paper mode: in the
-            order they were accepted; budget mode: by their retrieved chunk's rank, then distance).
-        passages: Runs of adjacent selected chunks, ordered by their best hit's rank; inside a
-            passage, chunks are in document order.
-        decisions: Every neighbour decision, accepted or not.
-        unscored: Chunks that were met but had no usable vector.
-        continuity_bonus: Budget mode: the ``alpha`` this query's linked pairs were given (its own
-            unless the settings fixed one); ``None`` in paper mode.
-    """
-
-    selected: tuple[Selected, ...]
-    passages: tuple[tuple[str, ...], ...]
-    decisions: tuple[Decision, ...] = ()
-    unscored: tuple[str, ...] = field(default=())
-    continuity_bonus: float | None = None
-
-    @property
-    def chunk_ids(self) -> list[str]:
-        """Every selected chunk id, passage by passage."""
-        return [chunk_id for passage in self.passages for chunk_id in passage]
-
-    def get(self, chunk_id: str) -> Selected | None:
-        """Return the selection record of ``chunk_id``, or ``None``."""
-        return next((s for s in self.selected if s.chunk_id == chunk_id), None)
-
-
-_STEPS: dict[str, tuple[Step, ...]] = {
-    "both": ("previous", "next"),
-    "previous": ("previous",),
-    "next": ("next",),
-}
-
-
-def _steps(direction: Direction) -> tuple[Step, ...]:
-    return _STEPS[direction]
-
-
-class _Scored:
-    """Unit vectors and query cosines of the chunks a selection touches, computed in one pass."""
-
-    def __init__(self, query: npt.ArrayLike, chunks: Mapping[str, Chunk]) -> None:
-        query_unit = unit_vector(query)
-        ids = [c for c, chunk in chunks.items() if _vector_fits(chunk.vector, query_unit.shape[0])]
-        matrix = np.array([chunks[c].vector for c in ids], dtype=np.float64).reshape(
-            len(ids), query_unit.shape[0]
-        )
-        units, usable = unit_rows(matrix) if ids else (matrix, np.zeros(0, dtype=bool))
-        self.units = {c: units[i] for i, c in enumerate(ids) if usable[i]}
-        relevances = (units @ query_unit).tolist() if ids else []
-        self.relevance = {c: relevances[i] for i, c in enumerate(ids) if usable[i]}
-
-    def boundary_cosine(self, via: str, candidate: str) -> float:
-        return float(self.units[via] @ self.units[candidate])
-
-
-def _vector_fits(vector: object, dimension: int) -> bool:
-    if vector is None:
-        return False
-    if isinstance(vector, np.ndarray):
-        return bool(vector.shape == (dimension,))
-    try:
-        array = np.asarray(vector, dtype=np.float64)
-    except (TypeError, ValueError):
-        return False
-    return array.shape == (dimension,)
-
-
-def _hit_relevance(hits: Sequence[str], scored: _Scored) -> list[float]:
-    """Each hit's cosine; a hit without a usable vector bids like the hit above it."""
-    bids: list[float] = []
-    for hit in hits:
-        above = bids[-1] if bids else 1.0
-        bids.append(scored.relevance.get(hit, above))
-    return bids
-
-
-def _passages(
-    selected: Sequence[Selected], chunks: Mapping[str, Chunk]
-) -> tuple[tuple[str, ...], ...]:
-    """Group selected chunks into runs of linked chunks, best hit's rank first, document order."""
-    ids = [s.chunk_id for s in selected]
-    rank = {s.chunk_id: s.seed_rank for s in selected}
-    runs = _runs(ids, chunks, {c for c in ids if c in chunks})
-    return tuple(tuple(run) for run in sorted(runs, key=lambda run: min(rank[c] for c in run)))
-
-
-def _runs(ids: Sequence[str], chunks: Mapping[str, Chunk], members: set[str]) -> list[list[str]]:
-    """Split ``ids`` into runs of linked chunks, each in document order.
-
-    Two members are linked when either names the other (``next`` or ``previous``); a chunk keeps
-    one link each way, so inconsistent or circular links still give simple runs. An id outside
-    ``members`` is a run of its own.
-    """
-    after: dict[str, str] = {}
-    before: dict[str, str] = {}
-    for chunk_id in (c for c in ids if c in members):
-        chunk = chunks[chunk_id]
-        for first, second in ((chunk_id, chunk.step("next")), (chunk.step("previous"), chunk_id)):
-            free = first not in after and second not in before
-            if free and first in members and second in members:
-                after[first], before[second] = second, first
-    placed: set[str] = set()
-    runs: list[list[str]] = []
-    for head in [*(c for c in ids if c not in before), *ids]:  # then any cycle, anywhere
-        if head in placed:
-            continue
-        run = [head]
-        placed.add(head)
-        while (following := after.get(run[-1])) is not None and following not in placed:
-            run.append(following)
-            placed.add(following)
-        runs.append(run)
-    return runs
 
 
 def paper_expand(
@@ -304,9 +92,14 @@ def paper_expand(
     Returns:
         The seeds plus the accepted neighbours, with every decision.
     """
-    scored = _Scored(query, chunks)
+    return _paper(Scored(unit_vector(query), chunks), hits, chunks, settings)
+
+
+def _paper(
+    scored: Scored, hits: Sequence[str], chunks: Mapping[str, Chunk], settings: PaperSettings
+) -> Selection:
     seeds = list(dict.fromkeys(hits))[: settings.k]
-    bids = _hit_relevance(seeds, scored)
+    bids = hit_relevance(seeds, scored)
     selected = {s: Selected(s, "hit", s, r, bids[r]) for r, s in enumerate(seeds)}
     decisions: list[Decision] = []
     unscored: list[str] = []
@@ -314,7 +107,7 @@ def paper_expand(
         if seed not in scored.units:
             continue
         threshold = paper_threshold(scored.relevance[seed], settings.gamma)
-        for direction in _steps(settings.direction):
+        for direction in steps(settings.direction):
             via = seed
             for distance in range(1, settings.window + 1):
                 candidate = chunks[via].step(direction) if via in chunks else None
@@ -339,7 +132,7 @@ def paper_expand(
                 selected[candidate] = Selected(candidate, "neighbor", seed, rank, score, decision)
                 via = candidate
     picked = tuple(selected.values())
-    return Selection(picked, _passages(picked, chunks), tuple(decisions), tuple(unscored))
+    return Selection(picked, passages(picked, chunks), tuple(decisions), tuple(unscored))
 
 
 def budget_select(
@@ -381,7 +174,16 @@ def budget_select(
     Raises:
         ValueError: With ``max_tokens``, if a candidate has no token count.
     """
-    scored = _Scored(query, chunks)
+    return _budget(Scored(unit_vector(query), chunks), hits, chunks, settings, tokens)
+
+
+def _budget(
+    scored: Scored,
+    hits: Sequence[str],
+    chunks: Mapping[str, Chunk],
+    settings: BudgetSettings,
+    tokens: Mapping[str, int] | None,
+) -> Selection:
     ranked = list(dict.fromkeys(hits))[: settings.k]
     if len(ranked) > MAX_AUCTION_HITS:
         raise InvalidSettingsError(
@@ -389,7 +191,7 @@ def budget_select(
             f"is k <= {MAX_AUCTION_HITS} (its time and memory grow as k squared). Lower k."
         )
     rank_of = {chunk_id: rank for rank, chunk_id in enumerate(ranked)}
-    bids = _hit_relevance(ranked, scored)
+    bids = hit_relevance(ranked, scored)
     candidates, reach, unscored = _candidates(ranked, chunks, scored, settings)
     value = {c: bids[rank_of[c]] if c in rank_of else scored.relevance[c] for c in candidates}
     chains = _chains(candidates, chunks, scored)
@@ -409,7 +211,7 @@ def budget_select(
         capacity = min(settings.max_tokens, sum(weight.values()))
         scale = _length_scales(weight)
         pair = {(a, b): bid * (scale[a] + scale[b]) / 2 for (a, b), bid in pair.items()}
-    line = _Line(
+    line = Line(
         [c for chain in chains for c in chain],
         [value[c] * scale[c] for chain in chains for c in chain],
         [pair[(chain[p - 1], c)] if p else 0.0 for chain in chains for p, c in enumerate(chain)],
@@ -419,12 +221,12 @@ def budget_select(
         [p == 0 for chain in chains for p in range(len(chain))],
     )
     auction = (
-        _CountAuction(line, capacity)
+        CountAuction(line, capacity)
         if settings.max_tokens is None
-        else _TokenAuction(line, capacity)
+        else TokenAuction(line, capacity)
     )
     picked = auction.picked
-    gains = _flip_totals(auction, line)
+    gains = flip_gains(auction, line)
     lowest = -1.0 - 2.0 * settings.lambda_  # the lowest S there is
 
     taken = [c for c in ranked if c in picked]
@@ -434,15 +236,15 @@ def budget_select(
         for position, chunk_id in enumerate(chain):
             if chunk_id in rank_of:
                 continue
-            seed, via, direction, steps = reach[chunk_id]
+            seed, via, direction, distance = reach[chunk_id]
             if chunk_id in picked:  # its passage's nearest hit, which may not be the walk's
-                seed, via, direction, steps = _nearest_hit(chain, position, rank_of, picked)
+                seed, via, direction, distance = _nearest_hit(chain, position, rank_of, picked)
             known = linked.get((via, chunk_id), linked.get((chunk_id, via)))
             cosine = scored.boundary_cosine(via, chunk_id) if known is None else known
             score = expansion_score(scored.relevance[chunk_id], cosine, settings.lambda_)
             threshold = _threshold(score, gains[chunk_id], scale[chunk_id], lowest)
             decision = Decision(
-                chunk_id, seed, via, direction, steps, scored.relevance[chunk_id],
+                chunk_id, seed, via, direction, distance, scored.relevance[chunk_id],
                 boundary_penalty(cosine), score, threshold, chunk_id in picked,
             )  # fmt: skip
             decisions.append(decision)
@@ -455,7 +257,7 @@ def budget_select(
         key=lambda s: (s.seed_rank, s.decision.distance if s.decision else 0, s.chunk_id),
     )
     chosen = tuple([selected[c] for c in taken] + neighbours)
-    return Selection(chosen, _passages(chosen, chunks), tuple(decisions), tuple(unscored), alpha)
+    return Selection(chosen, passages(chosen, chunks), tuple(decisions), tuple(unscored), alpha)
 
 
 def fill_in_order(counts: Iterable[int], limit: int) -> int:
@@ -530,7 +332,7 @@ _Reach = tuple[str, str, Step, int]
 def _candidates(
     ranked: Sequence[str],
     chunks: Mapping[str, Chunk],
-    scored: _Scored,
+    scored: Scored,
     settings: BudgetSettings,
 ) -> tuple[list[str], dict[str, _Reach], list[str]]:
     """The retrieved chunks and the scored chunks within ``window`` steps of them.
@@ -554,34 +356,15 @@ def _candidates(
     return [*ranked, *reach], reach, unscored
 
 
-def step_out(
-    ring: Iterable[str], chunks: Mapping[str, Chunk], direction: Direction, seen: set[str]
-) -> list[tuple[str, str, Step]]:
-    """One step of the walk out from ``ring``: the chunks not ``seen`` yet, each once.
-
-    The one ring walk both the query driver (what to read next) and the budget auction (which
-    candidates it weighs) take. Returns ``(target, the chunk it was reached from, direction)``
-    and adds each target to ``seen``.
-    """
-    reached = []
-    for via in ring:
-        for step in _steps(direction):
-            target = chunks[via].step(step)
-            if target is not None and target not in seen:
-                seen.add(target)
-                reached.append((target, via, step))
-    return reached
-
-
 def _chains(
-    candidates: Sequence[str], chunks: Mapping[str, Chunk], scored: _Scored
+    candidates: Sequence[str], chunks: Mapping[str, Chunk], scored: Scored
 ) -> list[list[str]]:
     """Split the candidates into runs of linked chunks (see :func:`_runs`).
 
     A chunk without a usable vector is a run of its own: no boundary can be measured across it.
     """
     usable = {c for c in candidates if c in scored.units and c in chunks}
-    return _runs(candidates, chunks, usable)
+    return runs(candidates, chunks, usable)
 
 
 def _nearest_hit(
@@ -606,328 +389,6 @@ def _nearest_hit(
     return chain[index], chain[position + 1], "previous", index - position
 
 
-_NONE = -math.inf
-#: Along the candidates: the chunk is not taken / taken in a run without a hit yet / taken, in a
-#: run that holds one.
-_OUT, _OPEN, _ANCHORED = 0, 1, 2
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class _Line:
-    """The candidates as one line, chain after chain, with what the auction needs of each.
-
-    ``joins[p]`` is the pair bid between chunk ``p - 1`` and chunk ``p`` (0 where ``p`` starts a
-    chain: a run never crosses a chain's edge); ``weights`` are 1 (a budget in chunks) or tokens.
-    """
-
-    ids: list[str]
-    values: list[float]
-    joins: list[float]
-    weights: list[int]
-    hits: list[bool]
-    forced: list[bool]
-    starts: list[bool]
-
-    def reversed(self) -> _Line:
-        """The same line read from its end: chains and runs are the same, joins move by one."""
-        n = len(self.ids)
-        ends = self.ends()
-        joins = [0.0 if ends[p] else self.joins[p + 1] for p in range(n)]
-        return _Line(self.ids[::-1], self.values[::-1], joins[::-1], self.weights[::-1],
-                     self.hits[::-1], self.forced[::-1], ends[::-1])  # fmt: skip
-
-    def ends(self) -> list[bool]:
-        """Whether each chunk ends its chain."""
-        n = len(self.ids)
-        return [p == n - 1 or self.starts[p + 1] for p in range(n)]
-
-    def bids(self) -> FloatArray:
-        """``bids[p][before][after]``: what chunk ``p`` adds, by the states before it and its own.
-
-        ``-inf`` where the move is not allowed.
-        Leaving it closes the run before, which must then hold a hit; taking it joins the run
-        before unless ``p`` starts a chain (then the run before closes, and it opens one); a run
-        that takes a hit holds one from then on. A forced chunk cannot be left.
-        """
-        value = np.asarray(self.values, dtype=np.float64)
-        joined = value + np.asarray(self.joins, dtype=np.float64)
-        start = np.asarray(self.starts, dtype=bool)
-        hit = np.asarray(self.hits, dtype=bool)
-        leave = np.where(np.asarray(self.forced, dtype=bool), _NONE, 0.0)
-        after_open = np.where(start, _NONE, joined)
-        after_held = np.where(start, value, joined)
-        anchors = hit | ~start
-        table = np.full((len(value), 3, 3), _NONE)
-        table[:, _OUT, _OUT] = leave
-        table[:, _OUT, _OPEN] = np.where(hit, _NONE, value)
-        table[:, _OUT, _ANCHORED] = np.where(hit, value, _NONE)
-        table[:, _OPEN, _OPEN] = np.where(hit, _NONE, after_open)
-        table[:, _OPEN, _ANCHORED] = np.where(hit, after_open, _NONE)
-        table[:, _ANCHORED, _OUT] = leave
-        table[:, _ANCHORED, _OPEN] = np.where(anchors, _NONE, value)
-        table[:, _ANCHORED, _ANCHORED] = np.where(anchors, after_held, _NONE)
-        return table
-
-
-def _flip_totals(auction: _CountAuction | _TokenAuction, line: _Line) -> dict[str, float]:
-    """What taking each neighbour is worth to the best total: > 0 if taken, <= 0 if not.
-
-    It is the best total less the best total with the verdict reversed (taken: without it; left:
-    with it), signed, so that ``S > S - gain`` exactly when the neighbour is taken.
-    """
-    flipped = auction.flipped()
-    gains: dict[str, float] = {}
-    for p, best in flipped.items():
-        loss = max(auction.total - best, 0.0)  # the best total is the best: never < 0
-        chunk_id = line.ids[p]
-        if chunk_id in auction.picked:  # a tie keeps it: it must clear its bar, if only just
-            gains[chunk_id] = loss or _TIE
-        else:
-            gains[chunk_id] = -loss
-    return gains
-
-
-class _CountAuction:
-    """The best set of exactly as many candidates as can be taken, up to ``capacity``.
-
-    One dynamic programme over the candidates laid end to end, chain after chain: for each
-    position, state and count taken, the best total, as a numpy array over the count. The line and
-    its reverse are swept together, in one pass (the reverse gives the flip thresholds), so each
-    step is a handful of numpy calls on arrays of ``2 x 3 x 3 x (capacity + 1)``.
-    """
-
-    def __init__(self, line: _Line, capacity: int) -> None:
-        self.line, n, size = line, len(line.ids), capacity + 1
-        bids = np.stack([line.bids(), line.reversed().bids()], axis=1)  # (n, 2, 3, 3)
-        stay, take = bids[:, :, :, :1, None], bids[:, :, :, 1:, None]  # to OUT; to OPEN, ANCHORED
-        # Column c holds count c - 1; column 0 is always -inf, so reading one column to the left
-        # is taking a chunk.
-        totals = np.full((n + 1, 2, 3, 1, size + 1), _NONE)
-        totals[0, :, _OUT, 0, 1] = 0.0
-        staying, taking = np.empty((2, 3, 1, size)), np.empty((2, 3, 2, size))
-        biggest = np.maximum.reduce
-        for p in range(n):
-            np.add(totals[p, :, :, :, 1:], stay[p], out=staying)
-            np.add(totals[p, :, :, :, :-1], take[p], out=taking)
-            following = totals[p + 1]
-            biggest(staying, axis=1, out=following[:, 0, :, 1:])
-            biggest(taking, axis=1, out=following[:, 1:, 0, 1:])
-        totals = totals[:, :, :, 0, 1:]
-        self.forward, self.backward, self.bids = totals[:, 0], totals[:, 1], bids[:, 0]
-        final = np.maximum(self.forward[n, _OUT], self.forward[n, _ANCHORED])
-        #: The count of the best set: the most that can be taken.
-        self.target = int(np.flatnonzero(final > _NONE)[-1])
-        self.total = float(final[self.target])
-        self.picked = self._trace(n)
-
-    def _trace(self, n: int) -> set[str]:
-        """Walk the best way back; ties go to the state first in ``OUT, OPEN, ANCHORED``."""
-        count, forward, picked = self.target, self.forward, set()
-        state = _ANCHORED if forward[n, _ANCHORED, count] > forward[n, _OUT, count] else _OUT
-        # The additions are the sweep's, in plain floats: the same sums to the last bit.
-        rows, bids = forward.tolist(), self.bids.tolist()
-        for p in range(n - 1, -1, -1):
-            before = count - (state != _OUT)
-            reached = rows[p + 1][state][count]
-            if state != _OUT:
-                picked.add(self.line.ids[p])
-            row, bid = rows[p], bids[p]
-            state = next(b for b in range(3) if row[b][before] + bid[b][state] == reached)
-            count = before
-        return picked
-
-    def flipped(self) -> dict[int, float]:
-        """For each neighbour's position, the best total with its verdict reversed."""
-        line, n, size = self.line, len(self.line.ids), self.target + 1
-        at = np.array([p for p in range(n) if not line.hits[p]], dtype=np.int64)
-        if not at.size:
-            return {}
-        left, right = self.forward[at, :, :size], self.backward[n - 1 - at, :, :size]
-        taken = np.array([line.ids[p] in self.picked for p in at])
-        starts = np.asarray(line.starts, dtype=bool)[at]
-        ends = np.asarray(line.ends(), dtype=bool)[at]
-        joins = np.asarray([*line.joins, 0.0], dtype=np.float64)
-        join, join_after = joins[at][:, None], joins[at + 1][:, None]
-        closed_left = np.maximum(left[:, _OUT], left[:, _ANCHORED])
-        closed_right = np.maximum(right[:, _OUT], right[:, _ANCHORED])
-        first, last = starts[:, None], ends[:, None]
-        opens = np.where(first, _NONE, left[:, _OPEN] + join)
-        holds = np.where(first, _NONE, left[:, _ANCHORED] + join)
-        goes_on = np.where(last, _NONE, right[:, _OPEN] + join_after)
-        holds_after = np.where(last, _NONE, right[:, _ANCHORED] + join_after)
-        fresh = np.where(first, closed_left, left[:, _OUT])
-        stops = np.where(last, closed_right, right[:, _OUT])
-        room = np.where(taken, self.target, self.target - 1)
-        without = _diagonal_max(closed_left, closed_right, room)
-        with_it = np.asarray(line.values, dtype=np.float64)[at] + np.maximum(
-            _diagonal_max(holds, np.maximum(np.maximum(stops, goes_on), holds_after), room),
-            _diagonal_max(np.maximum(fresh, opens), holds_after, room),
-        )
-        flipped = np.where(taken, without, with_it)
-        return dict(zip(at.tolist(), flipped.tolist(), strict=True))
-
-
-def _diagonal_max(left: FloatArray, right: FloatArray, room: IntArray) -> FloatArray:
-    """Row by row, the best ``left[i, a] + right[i, room[i] - a]`` (``-inf`` if ``room[i] < 0``)."""
-    count = np.arange(left.shape[1])
-    other = room[:, None] - count[None, :]
-    inside = other >= 0
-    picked = np.take_along_axis(right, np.clip(other, 0, left.shape[1] - 1), axis=1)
-    sums = np.where(inside, left + picked, _NONE)
-    result: FloatArray = sums.max(axis=1)
-    return result
-
-
-class _Front:
-    """The Pareto front of one state: weights never falling, totals strictly rising with them.
-
-    ``source`` and ``index`` say, for each point, the state and the point of the step before that
-    it was reached from (forward pass only).
-    """
-
-    __slots__ = ("index", "source", "totals", "weights")
-
-    def __init__(
-        self,
-        weights: IntArray,
-        totals: FloatArray,
-        source: npt.NDArray[np.int8] | None = None,
-        index: IntArray | None = None,
-    ) -> None:
-        self.weights, self.totals, self.source, self.index = weights, totals, source, index
-
-
-_EMPTY = _Front(np.zeros(0, dtype=np.int64), np.zeros(0))
-
-
-def _front_step(
-    fronts: Sequence[_Front], bids: FloatArray, weight: int, capacity: int, traced: bool
-) -> list[_Front]:
-    """The three fronts after one chunk, from the three before it and its bids."""
-    following: list[_Front] = []
-    for after in (_OUT, _OPEN, _ANCHORED):
-        shift = 0 if after == _OUT else weight
-        parts = [
-            (before, fronts[before], float(bids[before, after]))
-            for before in (_OUT, _OPEN, _ANCHORED)
-            if bids[before, after] > _NONE and fronts[before].weights.size
-        ]
-        if not parts:
-            following.append(_EMPTY)
-            continue
-        weights = np.concatenate([f.weights for _, f, _ in parts]) + shift
-        totals = np.concatenate([f.totals + bid for _, f, bid in parts])
-        if len(parts) > 1:  # by weight; keep what beats every point before it (no heavier)
-            order = np.argsort(weights, kind="stable")
-            rising = np.maximum.accumulate(totals[order])
-            keep = np.empty(order.size, dtype=bool)
-            keep[0] = True
-            np.greater(rising[1:], rising[:-1], out=keep[1:])
-            order = order[keep]
-            order = order[weights[order] <= capacity]
-        else:
-            order = np.flatnonzero(weights <= capacity)
-        source = index = None
-        if traced:
-            sizes = [f.weights.size for _, f, _ in parts]
-            source = np.repeat(np.array([b for b, _, _ in parts], dtype=np.int8), sizes)[order]
-            index = order - np.repeat(np.cumsum([0, *sizes[:-1]]), sizes)[order]
-        following.append(_Front(weights[order], totals[order], source, index))
-    return following
-
-
-class _TokenAuction:
-    """The best set of candidates whose weights (tokens) fit ``capacity``.
-
-    The same programme as :class:`_CountAuction`, but each state keeps only its Pareto front of
-    (tokens taken, best total): a lighter way to a state that is no worse makes a heavier one
-    useless, whatever follows. So nothing grows with the budget: a front holds at most as many
-    points as distinct sums of candidate tokens, and in practice a few hundred.
-    """
-
-    def __init__(self, line: _Line, capacity: int) -> None:
-        self.line, self.capacity, n = line, capacity, len(line.ids)
-        self.forward = self._sweep(line, traced=True)
-        self.backward = self._sweep(line.reversed(), traced=False)
-        ends = (self.forward[n][_OUT], self.forward[n][_ANCHORED])
-        best = [(float(f.totals[-1]), -int(f.weights[-1]), -s) if f.weights.size else
-                (_NONE, 0, -s) for s, f in zip((_OUT, _ANCHORED), ends, strict=True)]  # fmt: skip
-        self.total, _, state = max(best)
-        state = -state
-        index = ends[0 if state == _OUT else 1].weights.size - 1
-        self.picked: set[str] = set()
-        for p in range(n - 1, -1, -1):
-            front = self.forward[p + 1][state]
-            if state != _OUT:
-                self.picked.add(line.ids[p])
-            source, came = front.source, front.index
-            if source is None or came is None:  # pragma: no cover - the forward sweep traces
-                raise RuntimeError("the forward sweep kept no way back")
-            state, index = int(source[index]), int(came[index])
-
-    def _sweep(self, line: _Line, traced: bool) -> list[list[_Front]]:
-        start = _Front(np.zeros(1, dtype=np.int64), np.zeros(1))
-        fronts: list[list[_Front]] = [[start, _EMPTY, _EMPTY]]
-        for p, bids in enumerate(line.bids()):
-            fronts.append(_front_step(fronts[p], bids, line.weights[p], self.capacity, traced))
-        return fronts
-
-    def flipped(self) -> dict[int, float]:
-        """For each neighbour's position, the best total with its verdict reversed."""
-        line, n, result = self.line, len(self.line.ids), {}
-        ends = line.ends()
-        for p in (p for p in range(n) if not line.hits[p]):
-            left, right = self.forward[p], self.backward[n - 1 - p]
-            after = 0.0 if ends[p] else line.joins[p + 1]
-            closed_left = [(left[_OUT], 0.0), (left[_ANCHORED], 0.0)]
-            closed_right = [(right[_OUT], 0.0), (right[_ANCHORED], 0.0)]
-            if line.ids[p] in self.picked:
-                result[p] = _front_max(closed_left, closed_right, self.capacity)
-                continue
-            holds = [] if line.starts[p] else [(left[_ANCHORED], line.joins[p])]
-            opens = [] if line.starts[p] else [(left[_OPEN], line.joins[p])]
-            fresh = closed_left if line.starts[p] else [(left[_OUT], 0.0)]
-            stops = closed_right if ends[p] else [(right[_OUT], 0.0)]
-            holds_after = [] if ends[p] else [(right[_ANCHORED], after)]
-            goes_on = [] if ends[p] else [(right[_OPEN], after)]
-            room = self.capacity - line.weights[p]
-            result[p] = line.values[p] + max(
-                _front_max(holds, stops + goes_on + holds_after, room),
-                _front_max(fresh + opens, holds_after, room),
-            )
-        return result
-
-
-def _front_max(
-    left: Sequence[tuple[_Front, float]], right: Sequence[tuple[_Front, float]], room: int
-) -> float:
-    """The best ``a + x + b + y``, ``a`` of a left front, ``b`` of a right one, weights <= ``room``.
-
-    ``x`` and ``y`` are what each front's points are raised by.
-    """
-    best = _NONE
-    if room < 0:
-        return best
-    for front, extra in left:
-        if not front.weights.size:
-            continue
-        for other, more in right:
-            if not other.weights.size:
-                continue
-            at = np.searchsorted(other.weights, room - front.weights, side="right") - 1
-            fits = at >= 0
-            if fits.any():
-                sums = (front.totals[fits] + extra) + (other.totals[at[fits]] + more)
-                best = max(best, float(sums.max()))
-    return best
-
-
-#: What a neighbour taken on a tie clears its bar by.
-_TIE = 1e-12
-
-
 def select(
     query: npt.ArrayLike,
     hits: Sequence[str],
@@ -939,6 +400,17 @@ def select(
 
     ``tokens`` (each chunk's tokens) is needed by budget mode with ``max_tokens`` only.
     """
+    return selected_by(Scored(unit_vector(query), chunks), hits, chunks, settings, tokens)
+
+
+def selected_by(
+    scored: Scored,
+    hits: Sequence[str],
+    chunks: Mapping[str, Chunk],
+    settings: BudgetSettings | PaperSettings,
+    tokens: Mapping[str, int] | None = None,
+) -> Selection:
+    """:func:`select` on chunks already scored against the query (the driver's, scored once)."""
     if isinstance(settings, PaperSettings):
-        return paper_expand(query, hits, chunks, settings)
-    return budget_select(query, hits, chunks, settings, tokens)
+        return _paper(scored, hits, chunks, settings)
+    return _budget(scored, hits, chunks, settings, tokens)

@@ -1,5 +1,8 @@
-"""SCAR's two modes and their settings, validated when they are made.
+"""SCAR's settings, declared once: names, defaults, bounds, descriptions and messages.
 
+* :class:`ScarSettings`: every setting the adapters take, as keyword arguments; both keep it in
+  their ``settings``. Pydantic reads its field descriptions and bounds (its JSON schema), without
+  this module importing pydantic.
 * :class:`BudgetSettings` (the default mode): exactly ``k`` chunks, where neighbours of the kept
   chunks and further retrieved chunks bid for the same slots.
 * :class:`PaperSettings`: the paper's rule, ``k`` retrieved seeds each expanded with
@@ -11,8 +14,8 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Literal
 
 from scar_core.errors import InvalidSettingsError
 
@@ -24,6 +27,7 @@ __all__ = [
     "Direction",
     "PaperSettings",
     "ScarSettings",
+    "check_int",
     "default_keep",
     "estimate_tokens",
     "take_settings",
@@ -44,6 +48,23 @@ DEFAULT_BUDGET_WINDOW = 2
 #: ``k`` squared; past this limit the adapters and :func:`scar_core.select` refuse.
 MAX_AUCTION_HITS = 1000
 
+#: Each number setting's bounds, ``(kind, lowest, highest)``: what is checked, and what the JSON
+#: schema says. ``gamma``'s lowest is excluded.
+BOUNDS: dict[str, tuple[type, float, float]] = {
+    "k": (int, 1, math.inf),
+    "keep": (int, 1, math.inf),
+    "window": (int, 1, math.inf),
+    "max_tokens": (int, 1, math.inf),
+    "lambda_": (float, 0.0, math.inf),
+    "continuity_bonus": (float, 0.0, math.inf),
+    "gamma": (float, 0.0, 1.0),
+}
+#: Settings that apply to one mode only.
+_BUDGET_ONLY = ("keep", "continuity_bonus", "max_tokens", "tokenizer")
+_PAPER_ONLY = ("gamma", "window", "direction")
+#: Settings that are functions: not data, so left out when an adapter is serialised.
+FUNCTIONS = ("tokenizer", "neighbor_filter")
+
 
 def default_keep(k: int) -> int:
     """Return how many of the best retrieved chunks budget mode always keeps at budget ``k``: 2.
@@ -61,7 +82,12 @@ def estimate_tokens(text: str) -> int:
     return -(-len(text) // 4)
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
+def check_int(name: str, value: object, minimum: int = 1) -> int:
+    """Return ``value`` if it is an integer >= ``minimum`` (not a bool), else raise naming it.
+
+    Raises:
+        InvalidSettingsError: ``"{name}={value!r} is not valid; it must be an integer >= ..."``.
+    """
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise InvalidSettingsError(
             f"{name}={value!r} is not valid; it must be an integer >= {minimum}."
@@ -69,7 +95,12 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
-def _check_real(name: str, value: object, low: float, high: float = math.inf) -> float:
+def _check(name: str, value: object) -> None:
+    """Check a number setting against :data:`BOUNDS`, with the message of its kind."""
+    kind, low, high = BOUNDS[name]
+    if kind is int:
+        check_int(name, value, int(low))
+        return
     if (
         not isinstance(value, (int, float))
         or isinstance(value, bool)
@@ -78,7 +109,8 @@ def _check_real(name: str, value: object, low: float, high: float = math.inf) ->
     ):
         bounds = f">= {low}" if high == math.inf else f"between {low} and {high}"
         raise InvalidSettingsError(f"{name}={value!r} is not valid; it must be a number {bounds}.")
-    return float(value)
+    if name == "gamma" and value == low:
+        raise InvalidSettingsError("gamma=0 is not valid; it must be in (0, 1] (paper: 0.8).")
 
 
 def _check_direction(value: object) -> None:
@@ -92,6 +124,9 @@ def _check_direction(value: object) -> None:
 class BudgetSettings:
     """Budget mode: return exactly ``k`` chunks, spent where they cover the most evidence.
 
+    Passages grow up to two steps from their retrieved chunk, both ways (``window`` and
+    ``direction`` are the paper mode's settings; ``_window`` is for studies only).
+
     Attributes:
         k: The budget: how many chunks to return.
         keep: How many of the best retrieved chunks are always kept; ``None`` means
@@ -103,8 +138,6 @@ class BudgetSettings:
             number fixes it in cosine units. With 0 (and ``lambda_=0``) budget mode is plain
             top-k.
         lambda_: Weight of the boundary penalty.
-        window: How many steps a passage may grow from its retrieved chunk.
-        direction: ``"both"``, ``"previous"`` or ``"next"``.
         max_tokens: A budget in tokens instead of chunks: the chosen chunks' tokens sum to at
             most ``max_tokens``, and ``k`` is only how many retrieved chunks are considered.
     """
@@ -113,26 +146,29 @@ class BudgetSettings:
     keep: int | None = None
     continuity_bonus: float | None = None
     lambda_: float = DEFAULT_LAMBDA
-    window: int = DEFAULT_BUDGET_WINDOW
-    direction: Direction = "both"
     max_tokens: int | None = None
+    _window: int = field(default=DEFAULT_BUDGET_WINDOW, repr=False)
 
     def __post_init__(self) -> None:
-        _check_int("k", self.k, 1)
-        if self.keep is not None:
-            _check_int("keep", self.keep, 1)
-            if self.keep > self.k:
+        for name in ("k", "keep", "continuity_bonus", "lambda_", "max_tokens"):
+            if getattr(self, name) is not None:
+                _check(name, getattr(self, name))
+            if name == "keep" and self.keep is not None and self.keep > self.k:
                 raise InvalidSettingsError(
-                    f"keep={self.keep} is larger than k={self.k}; at most k chunks are returned, "
-                    "so lower keep or raise k."
+                    f"keep={self.keep} is larger than k={self.k}; at most k chunks are "
+                    "returned, so lower keep or raise k."
                 )
-        if self.continuity_bonus is not None:
-            _check_real("continuity_bonus", self.continuity_bonus, 0.0)
-        _check_real("lambda_", self.lambda_, 0.0)
-        _check_int("window", self.window, 1)
-        _check_direction(self.direction)
-        if self.max_tokens is not None:
-            _check_int("max_tokens", self.max_tokens, 1)
+        check_int("_window", self._window)
+
+    @property
+    def window(self) -> int:
+        """How many steps a passage may grow from its retrieved chunk (2)."""
+        return self._window
+
+    @property
+    def direction(self) -> Direction:
+        """Passages grow both ways."""
+        return "both"
 
     @property
     def kept(self) -> int:
@@ -159,69 +195,81 @@ class PaperSettings:
     direction: Direction = "both"
 
     def __post_init__(self) -> None:
-        _check_int("k", self.k, 1)
-        _check_real("lambda_", self.lambda_, 0.0)
-        if _check_real("gamma", self.gamma, 0.0, 1.0) == 0.0:
-            raise InvalidSettingsError("gamma=0 is not valid; it must be in (0, 1] (paper: 0.8).")
-        _check_int("window", self.window, 1)
+        for name in ("k", "lambda_", "gamma", "window"):
+            _check(name, getattr(self, name))
         _check_direction(self.direction)
 
 
-#: Settings that apply to one mode only, with the fix when given for the other.
-_BUDGET_ONLY = ("keep", "continuity_bonus", "max_tokens", "tokenizer")
-_PAPER_ONLY = ("gamma", "window", "direction")
+def _json_schema_extra(schema: dict[str, Any], cls: type) -> None:
+    """Add :data:`BOUNDS` to pydantic's JSON schema of :class:`ScarSettings`."""
+    properties = schema.get("properties", {})
+    for name, (kind, low, high) in BOUNDS.items():
+        if name in properties:
+            low_key = "exclusiveMinimum" if name == "gamma" else "minimum"
+            properties[name][low_key] = int(low) if kind is int else low
+            if high != math.inf:
+                properties[name]["maximum"] = high
+
+
+def _function_json_schema(schema: Any, handler: Any) -> dict[str, Any]:
+    """A function setting's JSON schema: none (it is left out when serialised)."""
+    return {}
 
 
 @dataclass(frozen=True)
 class ScarSettings:
-    """Every setting the adapters take, declared once: names, defaults, ranges and messages.
+    """Every setting the adapters take, declared once: names, defaults, bounds and messages.
 
     ``SCARRetriever`` and ``SCARNodePostprocessor`` take these as keyword arguments and keep
-    them in their ``settings``; an unknown name is refused by :func:`take_settings`.
-
-    Attributes:
-        mode: ``"budget"`` (exactly ``k`` chunks) or ``"paper"`` (the paper's rule on ``k``
-            seeds; the count varies).
-        k: Chunks returned (budget) or seeds (paper); ``None``: the adapter's default
-            (LangChain: 4; LlamaIndex: as many nodes as it receives). With ``max_tokens``:
-            how many retrieved chunks the auction considers, so raise it with the budget
-            (e.g. ``k=20`` for ``max_tokens=2000``).
-        lambda_: Weight of the boundary penalty, both modes.
-        keep: Budget mode: the best retrieved chunks always kept (default: 2, at most ``k``).
-        continuity_bonus: Budget mode: ``alpha``, the bonus of a continuing neighbour; ``None``:
-            worked out for each query from what it read (no calibration needed).
-        max_tokens: Budget mode: a budget in tokens instead of chunks. The chunks returned are
-            the set with the highest total bid whose tokens fit ``max_tokens`` (the best
-            ``keep`` hits are kept as far as they fit, in rank order; the best hit is kept
-            even alone over the budget, so a result is never empty).
-        tokenizer: Budget mode, with ``max_tokens``: counts a chunk's tokens from its text;
-            ``None``: :func:`estimate_tokens`, ``ceil(len(text) / 4)``. Pass your LLM's
-            counter for exact budgets, e.g. ``lambda t: len(encoding.encode(t))``.
-        gamma: Paper mode: the relative threshold.
-        window: Paper mode: how many steps a passage may grow from its seed (1).
-        direction: Paper mode: ``"both"``, ``"previous"`` or ``"next"``.
-        neighbor_filter: Whether a neighbour may be returned, from its metadata; applied to
-            every neighbour read, on top of the search's own filter.
-        allow_unfiltered_neighbors: Read neighbours without a search filter SCAR cannot apply
-            (only where no filter guards access); filters it can apply are still applied.
+    them in their ``settings``; an unknown name is refused by :func:`take_settings`. Under
+    pydantic (the adapters) each field has its description and bounds in the JSON schema, and
+    serialises as data; ``tokenizer`` and ``neighbor_filter``, being functions, are left out
+    of ``model_dump()``, ``model_dump_json()`` and ``to_json()``, and must be passed again when
+    an adapter is rebuilt from its data.
 
     Raises:
         InvalidSettingsError: For a value out of range, or a setting of the other mode, with
             the fix in the message.
     """
 
+    __pydantic_config__: ClassVar[dict[str, Any]] = {
+        "use_attribute_docstrings": True,
+        "json_schema_extra": _json_schema_extra,
+    }
+
     mode: Literal["budget", "paper"] = "budget"
+    """"budget" (exactly k chunks) or "paper" (the paper's rule on k seeds; the count varies)."""
     k: int | None = None
+    """Chunks returned (budget) or seeds (paper); None: the adapter's default (LangChain: 4;
+    LlamaIndex: as many nodes as it receives). With max_tokens: how many retrieved chunks the
+    auction considers, so raise it with the budget (e.g. k=20 for max_tokens=2000)."""
     lambda_: float = DEFAULT_LAMBDA
+    """Weight of the boundary penalty, both modes."""
     keep: int | None = None
+    """Budget mode: the best retrieved chunks always kept (default: 2, at most k)."""
     continuity_bonus: float | None = None
+    """Budget mode: alpha, the bonus of a continuing neighbour; None: worked out for each query
+    from what it read (no calibration needed)."""
     gamma: float | None = None
+    """Paper mode: the relative threshold (0.8), in (0, 1]."""
     window: int | None = None
+    """Paper mode: how many steps a passage may grow from its seed (1)."""
     direction: Direction | None = None
+    """Paper mode: "both", "previous" or "next" ("both")."""
     max_tokens: int | None = None
+    """Budget mode: a budget in tokens instead of chunks: the set with the highest total bid
+    whose tokens fit (the best keep hits as far as they fit, in rank order; the best hit even
+    alone over the budget, so a result is never empty)."""
     tokenizer: Callable[[str], int] | None = None
+    """Budget mode, with max_tokens: counts a chunk's tokens from its text; None:
+    ceil(len(text) / 4). E.g. lambda t: len(encoding.encode(t)). A function: left out when
+    serialised."""
     neighbor_filter: Callable[[Mapping[str, Any]], bool] | None = None
+    """Whether a neighbour may be returned, from its metadata; applied to every neighbour read,
+    on top of the search's own filter. A function: left out when serialised."""
     allow_unfiltered_neighbors: bool = False
+    """Read neighbours without a search filter SCAR cannot apply (only where no filter guards
+    access); filters it can apply are still applied."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("budget", "paper"):
@@ -256,6 +304,21 @@ class ScarSettings:
             )
         self.for_query(self.k if self.k is not None else max(DEFAULT_K, self.keep or 1), True)
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """Pydantic's schema, with the function settings left out of dumps and JSON schemas.
+
+        Built from the plain schema pydantic makes for the dataclass (its core schema is plain
+        dicts), so that this module imports no pydantic.
+        """
+        schema = handler(source)
+        for item in handler.resolve_ref_schema(schema)["schema"]["fields"]:
+            if item["name"] in FUNCTIONS:
+                item["serialization_exclude"] = True
+                metadata = item["schema"].setdefault("metadata", {})
+                metadata["pydantic_js_functions"] = [_function_json_schema]
+        return schema
+
     def for_query(
         self, k: int, strict: bool = False, name: str = "k"
     ) -> BudgetSettings | PaperSettings:
@@ -269,7 +332,7 @@ class ScarSettings:
         Raises:
             InvalidSettingsError: If ``k`` or a setting is out of range.
         """
-        _check_int(name, k, 1)
+        check_int(name, k)
         if self.mode == "budget" and k > MAX_AUCTION_HITS:
             raise InvalidSettingsError(
                 f"{name}={k} is more retrieved chunks than the budget auction weighs; the limit "
@@ -284,14 +347,8 @@ class ScarSettings:
         if self.mode == "paper":
             paper = {n: getattr(self, n) for n in _PAPER_ONLY if getattr(self, n) is not None}
             return PaperSettings(k=k, lambda_=self.lambda_, **paper)
-        budget: dict[str, Any] = {"lambda_": self.lambda_}
-        if self.continuity_bonus is not None:
-            budget["continuity_bonus"] = self.continuity_bonus
-        if self.keep is not None:
-            budget["keep"] = min(self.keep, k)
-        if self.max_tokens is not None:
-            budget["max_tokens"] = self.max_tokens
-        return BudgetSettings(k=k, **budget)
+        keep = None if self.keep is None else min(self.keep, k)
+        return BudgetSettings(k, keep, self.continuity_bonus, self.lambda_, self.max_tokens)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

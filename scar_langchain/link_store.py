@@ -3,75 +3,53 @@
 :func:`link_store` pages through a store's chunks, keeping only a few facts per chunk (its id,
 document, order values and current links), orders each document's chunks, then writes SCAR's
 four link keys (``scar_document_id``, ``scar_position``, ``scar_prev_id``, ``scar_next_id``) into
-the chunks whose links changed, in batches, through each store's own API:
-
-- ``InMemoryVectorStore``: reads and writes the ``metadata`` of its ``store`` dict's rows.
-- FAISS: reads ``docstore.search``; writes ``docstore.delete`` then ``docstore.add`` (the index,
-  and so the vectors, are never touched).
-- Chroma: lists ids with ``get(include=[])``, reads ``get(ids, include=["metadatas"])`` a page at
-  a time; writes ``collection.update(ids, metadatas)`` with the link keys alone (Chroma merges
-  them into the chunk's metadata), at most ``client.get_max_batch_size()`` chunks a call.
-- ``QdrantVectorStore``: reads ``client.scroll`` with only the metadata keys it needs, no
-  vectors; writes ``client.batch_update_points`` with a ``SetPayload`` under the metadata key
-  per chunk (other payload keys are kept), and a ``DeletePayload`` for a link that went away.
-- ``PGVectorStore``: reads as Chroma. Its only public write is ``add_embeddings``, an upsert of
-  whole rows (text, vector, metadata), so for the changed chunks alone, a page at a time,
-  link_store reads the rows (``get(ids, include=["documents", "metadatas", "embeddings"])``) and
-  writes them back with the new link keys; texts and vectors go back as read, and PostgreSQL
-  stores them unchanged. As ``add_embeddings`` commits row by row, four calls run at once.
-
+the chunks whose links changed, in batches, through each store's own API, as
+:mod:`scar_langchain.stores` says store by store: only the link keys are written (Chroma,
+Qdrant), or the rows' metadata (InMemory, FAISS, whose index and vectors are never touched), or,
+for ``PGVectorStore``, whose only public write is ``add_embeddings`` (an upsert of whole rows),
+the changed chunks' rows as read, texts and vectors unchanged, with the new link keys.
 SCAR opens no connection of its own: every read and write goes through the store.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from itertools import chain
+from typing import Any, TypeVar
 
 from langchain_core.documents import Document
-from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
+from langchain_core.vectorstores import VectorStore
 
-from scar_core.errors import DataFormatError, InvalidSettingsError
-from scar_core.links import MAX_GAP, Span, canonical, overlap_fault
-from scar_langchain.links import (
-    CHUNK_ID_KEY,
-    DOCUMENT_ID_KEY,
-    NEXT_ID_KEY,
+from scar_core.errors import DataFormatError, InvalidSettingsError, missing_dependency
+from scar_core.links import (
+    MAX_GAP,
     OFFSET_KEY,
     PAGE_KEYS,
-    POSITION_KEY,
-    PREVIOUS_ID_KEY,
+    ListedChunk,
+    Span,
+    check_max_gap,
     document_label,
+    document_of,
+    is_number,
     key_names,
-    page_key_of,
+    link_sequence,
+    metadata_named,
+    missing,
+    order_joins,
+    typed_json,
 )
+from scar_langchain.links import CHUNK_ID_KEY, LINK_KEYS, WRITTEN_KEYS, document_names
+from scar_langchain.stores import Change, access_for
 
 __all__ = ["PAGE_KEYS", "LinkReport", "link_store", "replace_documents"]
 
-#: The keys link_store writes, in this order in a ``Links`` tuple.
-LINK_KEYS = (DOCUMENT_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY)
 #: Keys that describe one chunk, not its document: never compared by replace_documents.
-_PER_CHUNK = frozenset({*LINK_KEYS, CHUNK_ID_KEY, OFFSET_KEY, *PAGE_KEYS})
-#: Characters of each end of a chunk's text link_store keeps, to compare where chunks overlap.
+_PER_CHUNK = frozenset({*WRITTEN_KEYS, OFFSET_KEY, *PAGE_KEYS})
+T = TypeVar("T")
+#: Characters of each end of a listed chunk's text kept, to compare where chunks overlap.
 _WINDOW = 256
-#: Chunks per read and per write (Chroma writes at most its client's max batch size).
-_PAGE = 1024
-#: Chunks per ``scroll`` (local Qdrant sorts every id on each call, so pages are large).
-_QDRANT_PAGE = 16384
-#: Concurrent ``add_embeddings`` calls (PGVectorStore commits each row on its own).
-_PG_WRITERS = 4
-
-#: A chunk's ``(document id, position, previous id, next id)``, ``None`` where absent.
-Links = tuple[Any, ...]
-#: ``(chunk id, metadata, text)`` as a store holds them (the text ``None`` when not read).
-Row = tuple[str, dict[str, Any], str | None]
-#: ``(chunk id, links before, links after)``: a write.
-Change = tuple[str, Links, Links]
 
 
 @dataclass
@@ -106,315 +84,51 @@ class LinkReport:
         return "\n".join(lines)
 
 
-class _Chunk(NamedTuple):
-    """The facts link_store keeps about one chunk while it reads the store."""
+def _listed_chunk(
+    chunk_id: str,
+    metadata: Mapping[str, Any],
+    text: str | None,
+    keys: tuple[str, ...],
+    links: tuple[Any, ...],
+) -> ListedChunk:
+    """Return what ordering a chunk needs: its values of the order ``keys``, pages and span.
 
-    order: tuple[float, ...]
-    chunk_id: str
-    links: Links
-    pages: dict[str, Any]  # the page keys that order_key does not name, as the chunk holds them
-    span: Span | None  # where it lies in its text, when order_key ends with start_index
+    ``text`` (its text, or ``None`` when not read) gives the span where ``keys`` ends with
+    :data:`OFFSET_KEY`; ``links`` are the links it holds now.
 
-
-def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    iterator = iter(items)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
-
-
-def _merged(metadata: dict[str, Any], links: Links) -> dict[str, Any]:
-    """``metadata`` with ``links`` written: ``None`` removes a link, or leaves document/position."""
-    gone = {key for key, value in zip(LINK_KEYS[2:], links[2:], strict=True) if value is None}
-    kept = {key: value for key, value in metadata.items() if key not in gone}
-    return kept | {
-        key: value for key, value in zip(LINK_KEYS, links, strict=True) if value is not None
-    }
-
-
-def _diff(old: Links, new: Links) -> tuple[dict[str, Any], list[str]]:
-    """The link keys to set, and the link keys to remove (links that went away)."""
-    values = {key: value for key, value in zip(LINK_KEYS, new, strict=True) if value is not None}
-    pairs = zip(LINK_KEYS[2:], old[2:], new[2:], strict=True)
-    return values, [key for key, was, value in pairs if was is not None and value is None]
-
-
-class _Linker:
-    """Lists one kind of store's chunks and writes SCAR's link keys into them."""
-
-    batch_size = _PAGE
-
-    def __init__(self, store: Any, keys: Sequence[str], texts: bool = False) -> None:
-        self.store = store
-        self.keys = keys  # the metadata keys link_store reads
-        self.texts = texts  # whether it reads the chunks' texts
-
-    def scan(self) -> tuple[int, Iterator[list[Row]]]:
-        """Return how many chunks the store holds, and their rows, a page at a time."""
-        raise NotImplementedError
-
-    def write(self, changes: list[Change]) -> None:
-        """Write the new links of up to :attr:`batch_size` chunks in one call."""
-        raise NotImplementedError
-
-
-class _InMemoryLinker(_Linker):
-    def scan(self) -> tuple[int, Iterator[list[Row]]]:
-        rows = self.store.store
-        return len(rows), _batches(((i, r["metadata"], r["text"]) for i, r in rows.items()), _PAGE)
-
-    def write(self, changes: list[Change]) -> None:
-        for chunk_id, _, links in changes:
-            row = self.store.store[chunk_id]
-            row["metadata"] = _merged(row["metadata"], links)
-
-
-class _FaissLinker(_Linker):
-    def scan(self) -> tuple[int, Iterator[list[Row]]]:
-        ids = self.store.index_to_docstore_id.values()
-        found = ((i, self.store.docstore.search(i)) for i in ids)
-        rows = ((i, d.metadata, d.page_content) for i, d in found if not isinstance(d, str))
-        return len(ids), _batches(rows, _PAGE)
-
-    def write(self, changes: list[Change]) -> None:
-        docstore = self.store.docstore
-        documents = {}
-        for chunk_id, _, links in changes:
-            document = docstore.search(chunk_id)
-            metadata = _merged(document.metadata, links)
-            documents[chunk_id] = document.model_copy(update={"metadata": metadata})
-        docstore.delete(list(documents))  # the docstore's add refuses ids it holds
-        docstore.add(documents)
-
-
-class _GetLinker(_Linker):
-    """Chroma and PGVectorStore: ``get`` lists ids, then reads metadata by ids, page by page."""
-
-    def scan(self) -> tuple[int, Iterator[list[Row]]]:
-        ids = self.store.get(include=[])["ids"]
-
-        include = ["metadatas", "documents"] if self.texts else ["metadatas"]
-
-        def pages() -> Iterator[list[Row]]:
-            for batch in _batches(ids, _PAGE):
-                got = self.store.get(ids=batch, include=include)
-                texts = got["documents"] if self.texts else [None] * len(got["ids"])
-                rows = zip(got["ids"], got["metadatas"], texts, strict=True)
-                yield [(str(i), m or {}, t) for i, m, t in rows]
-
-        return len(ids), pages()
-
-
-class _ChromaLinker(_GetLinker):
-    def __init__(self, store: Any, keys: Sequence[str], texts: bool = False) -> None:
-        super().__init__(store, keys, texts)
-        self.batch_size = self.store._client.get_max_batch_size()
-
-    def write(self, changes: list[Change]) -> None:
-        # ``update`` merges metadata into what the chunk holds; a None value removes a key.
-        metadatas = []
-        for _, old, new in changes:
-            values, gone = _diff(old, new)
-            metadatas.append(values | dict.fromkeys(gone))
-        self.store._collection.update(ids=[i for i, _, _ in changes], metadatas=metadatas)
-
-
-class _PGVectorLinker(_GetLinker):
-    def write(self, changes: list[Change]) -> None:
-        # add_embeddings commits row by row: a few calls at once keep the database busy.
-        links = {chunk_id: new for chunk_id, _, new in changes}
-        parts = _batches(links, -(-len(links) // _PG_WRITERS))
-        with ThreadPoolExecutor(_PG_WRITERS) as pool:
-            list(pool.map(self._rewrite, [{i: links[i] for i in part} for part in parts]))
-
-    def _rewrite(self, links: dict[str, Links]) -> None:
-        """Read these chunks' rows whole, and upsert them with their new links."""
-        got = self.store.get(ids=list(links), include=["documents", "metadatas", "embeddings"])
-        ids = [str(i) for i in got["ids"]]
-        self.store.add_embeddings(
-            got["documents"],
-            [
-                json.loads(v) if isinstance(v, str) else list(map(float, v))
-                for v in got["embeddings"]
-            ],
-            metadatas=[
-                _merged(m or {}, links[i]) for i, m in zip(ids, got["metadatas"], strict=True)
-            ],
-            ids=ids,
-        )
-
-
-class _QdrantLinker(_Linker):
-    def scan(self) -> tuple[int, Iterator[list[Row]]]:
-        client, name = self.store.client, self.store.collection_name
-        key, content = self.store.metadata_payload_key, self.store.content_payload_key
-        # Only the metadata keys link_store reads (all the metadata if a key needs quoting).
-        simple = all(k.isidentifier() for k in self.keys)
-        payload = [f"{key}.{k}" for k in self.keys] if simple else [key]
-        payload += [content] if self.texts else []
-
-        def pages() -> Iterator[list[Row]]:
-            offset = None
-            while True:
-                points, offset = client.scroll(
-                    name,
-                    limit=_QDRANT_PAGE,
-                    offset=offset,
-                    with_payload=payload,
-                    with_vectors=False,
-                )
-                yield [
-                    (str(p.id), (p.payload or {}).get(key) or {}, (p.payload or {}).get(content))
-                    for p in points
-                ]
-                if offset is None:
-                    return
-
-        return client.count(name, exact=True).count, pages()
-
-    def write(self, changes: list[Change]) -> None:
-        from qdrant_client import models
-
-        key, operations = self.store.metadata_payload_key, list[models.UpdateOperation]()
-        for chunk_id, old, new in changes:
-            point: list[models.ExtendedPointId] = [
-                int(chunk_id) if chunk_id.isdigit() else chunk_id
-            ]
-            values, gone = _diff(old, new)
-            operations.append(
-                models.SetPayloadOperation(
-                    set_payload=models.SetPayload(payload=values, points=point, key=key)
-                )
-            )
-            if gone:
-                keys = [f"{key}.{k}" for k in gone]
-                operations.append(
-                    models.DeletePayloadOperation(
-                        delete_payload=models.DeletePayload(keys=keys, points=point)
-                    )
-                )
-        self.store.client.batch_update_points(self.store.collection_name, operations)
-
-
-_LINKERS: dict[str, type[_Linker]] = {
-    "langchain_community.FAISS": _FaissLinker,
-    "langchain_postgres.PGVectorStore": _PGVectorLinker,
-    "langchain_chroma.Chroma": _ChromaLinker,
-    "langchain_qdrant.QdrantVectorStore": _QdrantLinker,
-}
-
-
-def _linker_for(store: VectorStore, keys: Sequence[str], texts: bool = False) -> _Linker:
-    if type(store) is InMemoryVectorStore:  # a subclass may keep its rows elsewhere
-        return _InMemoryLinker(store, keys, texts)
-    for cls in type(store).__mro__:
-        linker = _LINKERS.get(f"{cls.__module__.split('.')[0]}.{cls.__name__}")
-        if linker is not None:
-            return linker(store, keys, texts)
-    raise InvalidSettingsError(
-        f"SCAR cannot list the chunks of a {type(store).__name__}, so it cannot link them in "
-        "place; index them with scar_langchain.link_chunks(...) instead, or use a store SCAR "
-        "can list (InMemory, FAISS, PGVector, Chroma, Qdrant)."
-    )
-
-
-def _order(chunk_id: str, metadata: dict[str, Any], keys: tuple[str, ...]) -> tuple[float, ...]:
-    values: tuple[Any, ...] = tuple(metadata.get(key) for key in keys)
-    for key, value in zip(keys, values, strict=True):
-        if not _number(value):
+    Raises:
+        DataFormatError: If it holds no number under one of ``keys``.
+    """
+    order: tuple[Any, ...] = tuple(metadata.get(key) for key in keys)
+    for key, value in zip(keys, order, strict=True):
+        if not is_number(value):
             raise DataFormatError(
                 f"chunk {chunk_id!r} has no numeric metadata[{key!r}] (it holds {value!r}), so "
                 "link_store cannot order it; split with add_start_index=True (LangChain's "
                 "splitters then write 'start_index'), or pass order_key=... naming the numeric "
                 "key, or keys, that order chunks."
             )
-    return values
+    pages = {k: metadata[k] for k in PAGE_KEYS if k not in keys and not missing(metadata.get(k))}
+    start, span = metadata.get(OFFSET_KEY), None
+    if keys[-1] == OFFSET_KEY and text is not None and type(start) is int:  # not a bool
+        span = Span(start, len(text), text[:_WINDOW], text[-_WINDOW:] if text else "")
+    return ListedChunk(order, chunk_id, links, pages, span)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+def _progress(items: Iterable[T], show: bool, total: int | None, description: str) -> Iterable[T]:
+    """``items``, counted by a tqdm bar when ``show`` (tqdm comes with the ``eval`` extra).
 
-
-def _span(metadata: dict[str, Any], text: str | None) -> Span | None:
-    start = metadata.get(OFFSET_KEY)
-    if text is None or not isinstance(start, int) or isinstance(start, bool):
-        return None
-    return Span(start, len(text), text[:_WINDOW], text[-_WINDOW:] if text else "")
-
-
-def _check_order(
-    document_id: str, chunks: list[_Chunk], keys: tuple[str, ...], max_gap: int
-) -> tuple[list[bool], int]:
-    """Refuse an ambiguous order, or chunks that do not tile one text; return the joins.
-
-    Returns:
-        For each chunk after the first, whether it continues the one before, and how many
-        gaps (text missing between two chunks) cut the chain.
+    Raises:
+        MissingDependencyError: If ``show`` and tqdm is not installed.
     """
-    named = f"metadata[{keys[0]!r}]" if len(keys) == 1 else f"metadata{list(keys)}"
-    page = page_key_of(document_id, [(repr(c.chunk_id), c.pages) for c in chunks])
-    if page is not None:  # page by page, is the order of keys kept?
-        paged = sorted((c.pages[page], c.order) for c in chunks)
-        for (_, before), (_, after) in itertools.pairwise(paged):
-            if after < before:
-                raise DataFormatError(
-                    f"the chunks of document {document_id!r} carry metadata[{page!r}], and "
-                    f"ordering them by {named} alone would interleave its pages ({named} "
-                    f"restarts on each page); pass order_key=({page!r}, "
-                    f"{', '.join(map(repr, keys))})."
-                )
-    joins, gaps = [], 0
-    for first, second in itertools.pairwise(chunks):
-        if first.order == second.order:
-            value = first.order[0] if len(keys) == 1 else first.order
-            raise DataFormatError(
-                f"chunks {first.chunk_id!r} and {second.chunk_id!r} of document "
-                f"{document_id!r} share {named}={value!r}, so their order is unknown; pass "
-                "order_key=(...) with a key that tells them apart, such as ('page', "
-                "'start_index'), or document_key=... naming a finer document."
-            )
-        joined = first.order[-1] < second.order[-1]
-        a, b = first.span, second.span
-        if joined and a is not None and b is not None:
-            if first.order[:-1] != second.order[:-1] and b.start <= max_gap:
-                joined = False  # a new page whose offsets start again
-            elif (fault := overlap_fault(a, b)) is not None:
-                raise DataFormatError(
-                    f"the chunks of document {document_id!r} do not tile one text: chunk "
-                    f"{second.chunk_id!r} {fault} ({first.chunk_id!r}), so they are not one "
-                    "document's chunks (two files, or two tenants' files, sharing "
-                    f"{document_id!r}?); pass document_key=(...) naming the keys that tell "
-                    "documents apart, such as ('source', 'tenant')."
-                )
-            elif b.start - a.end > max_gap:
-                joined, gaps = False, gaps + 1
-        joins.append(joined)
-    return joins, gaps
-
-
-class _NoBar:
-    def update(self, count: int) -> None:
-        """Count nothing: no progress bar."""
-
-    def close(self) -> None:
-        """Close nothing."""
-
-
-def _progress(show: bool, total: int | None, description: str) -> Any:
-    """A tqdm bar when ``show`` and tqdm is installed (the ``eval`` extra), else a no-op bar."""
-    if show:
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:
-            pass
-        else:
-            return tqdm(total=total, desc=description, unit="chunk")
-    return _NoBar()
-
-
-def _document_of(metadata: dict[str, Any], names: tuple[str, ...]) -> tuple[Any, ...] | None:
-    """The values of the document key a chunk holds, ``None`` if one is absent or empty."""
-    values = tuple(metadata.get(name) for name in names)
-    return None if any(v is None or v == "" for v in values) else values
+    if not show:
+        return items
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        raise missing_dependency("tqdm", "eval") from None
+    bar: Iterable[T] = tqdm(items, total=total, desc=description, unit="chunk")
+    return bar
 
 
 def link_store(
@@ -479,40 +193,30 @@ def link_store(
             inside a document is ambiguous, or its chunks do not tile one text (the message
             names the document and the fix).
     """
-    keys = (order_key,) if isinstance(order_key, str) else tuple(order_key)
-    if not keys or not all(isinstance(key, str) and key for key in keys):
-        raise InvalidSettingsError(
-            f"order_key={order_key!r} must be a metadata key or a tuple of them, such as "
-            "'start_index' or ('page', 'start_index')."
-        )
-    names = key_names(document_key)
-    if not isinstance(max_gap, int) or isinstance(max_gap, bool) or max_gap < 0:
-        raise InvalidSettingsError(f"max_gap={max_gap!r} must be an integer >= 0, such as 64.")
+    keys = key_names(order_key, "order_key", "'start_index' or ('page', 'start_index')")
+    names = document_names(document_key)
+    check_max_gap(max_gap)
     page_keys = [key for key in PAGE_KEYS if key not in keys]
     texts = keys[-1] == OFFSET_KEY
-    linker = _linker_for(vectorstore, [*names, *keys, *page_keys, *LINK_KEYS], texts)
+    access = access_for(vectorstore)
+    total, pages = access.listing([*names, *keys, *page_keys, *LINK_KEYS], texts)
     report = LinkReport()
-    documents: dict[str, tuple[str, list[_Chunk]]] = {}  # key -> (label, chunks)
-    unlisted: list[tuple[str, Links]] = []  # chunks without a document that carry links
-    named = f"metadata[{names[0]!r}]" if len(names) == 1 else f"metadata{list(names)}"
-    total, pages = linker.scan()
-    bar = _progress(progress, total, "link_store: reading")
-    for page in pages:
-        for chunk_id, metadata, text in page:
-            links = tuple(metadata.get(key) for key in LINK_KEYS)
-            values = _document_of(metadata, names)
-            if values is None:
-                report.skipped[chunk_id] = f"no {named} names its document"
-                if links[2] is not None or links[3] is not None:
-                    unlisted.append((chunk_id, links))
-                continue
-            paged = {k: metadata[k] for k in page_keys if metadata.get(k) not in (None, "")}
-            span = _span(metadata, text) if texts else None
-            chunk = _Chunk(_order(chunk_id, metadata, keys), chunk_id, links, paged, span)
-            key = json.dumps(canonical(list(values)))
-            documents.setdefault(key, (document_label(values), []))[1].append(chunk)
-        bar.update(len(page))
-    bar.close()
+    documents: dict[str, tuple[str, list[ListedChunk]]] = {}  # key -> (label, chunks)
+    unlisted: list[tuple[str, tuple[Any, ...]]] = []  # chunks without a document, with links
+    named = metadata_named(names)
+    rows = _progress(chain.from_iterable(pages), progress, total, "link_store: reading")
+    for chunk_id, metadata, text in rows:
+        links = tuple(metadata.get(key) for key in LINK_KEYS)
+        values = document_of(metadata, names)
+        if values is None:
+            report.skipped[chunk_id] = f"no {named} names its document"
+            if links[2] is not None or links[3] is not None:
+                unlisted.append((chunk_id, links))
+            continue
+        chunk = _listed_chunk(chunk_id, metadata, text, keys, links)
+        documents.setdefault(typed_json(list(values)), (document_label(values), []))[1].append(
+            chunk
+        )
     if report.skipped and not documents:
         raise InvalidSettingsError(
             f"document_key={document_key!r} names no chunk's document: none of the "
@@ -522,7 +226,7 @@ def link_store(
     joins: dict[str, list[bool]] = {}
     for key, (label, chunks) in documents.items():
         chunks.sort(key=lambda chunk: chunk.order)
-        joins[key], gaps = _check_order(label, chunks, keys, max_gap)
+        joins[key], gaps = order_joins(label, chunks, keys, max_gap)
         report.gaps += gaps
     report.documents = len(documents)
     if report.skipped:
@@ -536,13 +240,10 @@ def link_store(
 
     def changes() -> Iterator[Change]:
         for key, (label, chunks) in documents.items():
-            ids = [None, *(chunk.chunk_id for chunk in chunks), None]
-            joined = [False, *joins[key], False]
-            for position, chunk in enumerate(chunks):
-                previous_id = ids[position] if joined[position] else None
-                next_id = ids[position + 2] if joined[position + 1] else None
-                report.linked += previous_id is not None or next_id is not None
-                links = (label, position, previous_id, next_id)
+            ids = [chunk.chunk_id for chunk in chunks]
+            for chunk, new in zip(chunks, link_sequence(label, ids, joins[key]), strict=True):
+                report.linked += new.previous_id is not None or new.next_id is not None
+                links = (label, new.position, new.previous_id, new.next_id)
                 if links != chunk.links:
                     yield chunk.chunk_id, chunk.links, links
         if unlisted:  # drop links that name chunks the store does not hold
@@ -553,12 +254,7 @@ def link_store(
                 if kept != old[2:]:
                     yield chunk_id, old, (None, None, *kept)
 
-    bar = _progress(progress, None, "link_store: writing")
-    for batch in _batches(changes(), linker.batch_size):
-        linker.write(batch)
-        report.changed += len(batch)
-        bar.update(len(batch))
-    bar.close()
+    report.changed = access.write(_progress(changes(), progress, None, "link_store: writing"))
     return report
 
 
@@ -594,12 +290,12 @@ def replace_documents(
             ``metadata[document_key]``.
         InvalidSettingsError: If SCAR cannot list the store's chunks.
     """
-    names = key_names(document_key)
+    names = document_names(document_key)
     new: dict[str, Document] = {}
     shared: dict[str, dict[str, str]] = {}  # document -> the metadata all its new chunks hold
     for index, chunk in enumerate(chunks):
         metadata = chunk.metadata or {}
-        values = _document_of(metadata, names)
+        values = document_of(metadata, names)
         if chunk.id is None or metadata.get(CHUNK_ID_KEY) != chunk.id or values is None:
             raise DataFormatError(
                 f"chunk {index} (id {chunk.id!r}) is not as link_chunks returns it, with its id "
@@ -607,34 +303,34 @@ def replace_documents(
                 f"link_chunks(..., document_key={document_key!r})'s chunks."
             )
         new[chunk.id] = chunk
-        own = {k: json.dumps(canonical(v)) for k, v in metadata.items() if k not in _PER_CHUNK}
-        document = json.dumps(canonical(list(values)))
+        own = {k: typed_json(v) for k, v in metadata.items() if k not in _PER_CHUNK}
+        document = typed_json(list(values))
         known = shared.setdefault(document, own)
         shared[document] = {k: v for k, v in known.items() if own.get(k) == v}
     keys = sorted({key for metadata in shared.values() for key in metadata})
     held: set[str] = set()
     stale: list[str] = []
     kept: list[str] = []
-    _, pages = _linker_for(vectorstore, [*names, *keys, CHUNK_ID_KEY]).scan()
+    access = access_for(vectorstore)
+    _, pages = access.listing([*names, *keys, CHUNK_ID_KEY])
     for page in pages:
         for chunk_id, metadata, _ in page:
             held.add(chunk_id)
-            values = _document_of(metadata, names)
+            values = document_of(metadata, names)
             if values is None or chunk_id in new or metadata.get(CHUNK_ID_KEY) != chunk_id:
                 continue
-            document = json.dumps(canonical(list(values)))
+            document = typed_json(list(values))
             if document not in shared:
                 continue
             same = all(
-                k in metadata and json.dumps(canonical(metadata[k])) == v
-                for k, v in shared[document].items()
+                k in metadata and typed_json(metadata[k]) == v for k, v in shared[document].items()
             )
             (stale if same else kept).append(chunk_id)
     added = [chunk_id for chunk_id in new if chunk_id not in held]
     if added:
         vectorstore.add_documents([new[i] for i in added], ids=added)
     if stale:
-        vectorstore.delete(stale)
+        access.delete(stale)
     if kept:
         warnings.warn(
             f"replace_documents kept {len(kept)} chunk(s) of the same {list(names)} whose "

@@ -7,22 +7,27 @@ that keeps metadata keeps the links too.
 
 from __future__ import annotations
 
-import json
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.documents import Document
 
-from scar_core.errors import DataFormatError, InvalidSettingsError
+from scar_core.errors import DataFormatError
 from scar_core.links import (
     MAX_GAP,
+    OFFSET_KEY,
+    PAGE_KEYS,
     ChunkLinks,
-    Span,
-    canonical,
+    check_max_gap,
+    chunk_joins,
     document_chunk_ids,
+    document_label,
+    document_of,
+    key_names,
     link_sequence,
-    overlap_fault,
+    metadata_named,
+    typed_json,
 )
 
 __all__ = [
@@ -35,6 +40,9 @@ __all__ = [
     "PAGE_KEYS",
     "POSITION_KEY",
     "PREVIOUS_ID_KEY",
+    "WRITTEN_KEYS",
+    "chunk_id_of",
+    "document_names",
     "link_chunks",
     "linked_metadata",
     "links_of",
@@ -46,6 +54,11 @@ DOCUMENT_ID_KEY = "scar_document_id"
 POSITION_KEY = "scar_position"
 PREVIOUS_ID_KEY = "scar_prev_id"
 NEXT_ID_KEY = "scar_next_id"
+#: The link keys, in the order of a chunk's ``(document id, position, previous id, next id)``:
+#: what ``link_store`` writes.
+LINK_KEYS = (DOCUMENT_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY)
+#: Every key :func:`link_chunks` writes; they take no part in a chunk's id.
+WRITTEN_KEYS = frozenset({CHUNK_ID_KEY, *LINK_KEYS})
 
 
 def _text(value: object) -> str | None:
@@ -76,74 +89,31 @@ def linked_metadata(metadata: dict[str, Any], links: ChunkLinks) -> dict[str, An
     return kept | {key: value for key, value in added.items() if value is not None}
 
 
-#: The keys :func:`link_chunks` writes; they take no part in a chunk's id.
-LINK_KEYS = frozenset({CHUNK_ID_KEY, DOCUMENT_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY})
-#: Metadata key of a chunk's character offset in its text (LangChain's splitters write it when
-#: created with ``add_start_index=True``).
-OFFSET_KEY = "start_index"
-#: Metadata keys that split a document into pages or sections (PyPDFLoader writes ``"page"``,
-#: Unstructured ``"page_number"``); a chunk's offset may restart where one of them changes.
-PAGE_KEYS = ("page", "page_number", "section")
-
-
-def key_names(document_key: str | Sequence[str]) -> tuple[str, ...]:
+def document_names(document_key: str | Sequence[str]) -> tuple[str, ...]:
     """Return ``document_key`` as a tuple of metadata keys, refusing an empty or odd one."""
-    names = (document_key,) if isinstance(document_key, str) else tuple(document_key)
-    if not names or not all(isinstance(name, str) and name for name in names):
-        raise InvalidSettingsError(
-            f"document_key={document_key!r} must be a metadata key or a tuple of them, such as "
-            "'source' or ('source', 'tenant')."
-        )
-    return names
+    return key_names(document_key, "document_key", "'source' or ('source', 'tenant')")
 
 
-def document_label(values: Sequence[Any]) -> str:
-    """The ``scar_document_id`` of a document: its key's one string value, else its values' JSON."""
-    if len(values) == 1 and isinstance(values[0], str):
-        return values[0]
-    return json.dumps(list(values), ensure_ascii=False, default=str)
-
-
-def _missing(value: object) -> bool:
-    return value is None or value == ""
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
-
-
-def _named(names: tuple[str, ...]) -> str:
-    return f"metadata[{names[0]!r}]" if len(names) == 1 else f"metadata{list(names)}"
-
-
-def page_key_of(document: str, chunks: Sequence[tuple[str, dict[str, Any]]]) -> str | None:
-    """The page key (:data:`PAGE_KEYS`) a document's chunks carry; each must hold a number.
-
-    Args:
-        document: The document's label, for the message.
-        chunks: ``(chunk name, metadata)`` of each of its chunks.
+def _group_documents(
+    metadatas: Sequence[Mapping[str, Any]], names: tuple[str, ...]
+) -> list[tuple[tuple[Any, ...], list[int]]]:
+    """Group chunks by the typed values of their document key: each key's values and indices.
 
     Raises:
-        DataFormatError: If one chunk carries the key and another lacks it, or holds no number.
+        DataFormatError: If a chunk holds no value for one of ``names``.
     """
-    key = next((k for k in PAGE_KEYS if any(not _missing(m.get(k)) for _, m in chunks)), None)
-    if key is None:
-        return None
-    for name, metadata in chunks:
-        if not _number(metadata.get(key)):
+    groups: dict[str, tuple[tuple[Any, ...], list[int]]] = {}
+    for index, metadata in enumerate(metadatas):
+        values = document_of(metadata, names)
+        if values is None:
+            held = tuple(metadata.get(name) for name in names)
             raise DataFormatError(
-                f"chunk {name} of document {document!r} has metadata[{key!r}]="
-                f"{metadata.get(key)!r}, while other chunks of it carry page numbers there, so "
-                f"its pages cannot be told apart; give every chunk of {document!r} a numeric "
-                f"metadata[{key!r}] (or none), or pass document_key=... naming a finer document."
+                f"chunk {index} has no {metadata_named(names)} (it holds {held!r}); set it to the "
+                "chunk's document (loaders write 'source'), or pass document_key=... naming "
+                "the key, or keys, that identify documents."
             )
-    return key
-
-
-def _tiling_error(document: str, what: str, fix: str) -> DataFormatError:
-    return DataFormatError(
-        f"the chunks of document {document!r} do not tile one text: {what}. {fix}"
-    )
+        groups.setdefault(typed_json(list(values)), (values, []))[1].append(index)
+    return list(groups.values())
 
 
 def link_chunks(
@@ -215,29 +185,16 @@ def link_chunks(
             stacklevel=2,
         )
         document_key = document_id_key
-    names = key_names(document_key)
-    if not isinstance(max_gap, int) or isinstance(max_gap, bool) or max_gap < 0:
-        raise InvalidSettingsError(f"max_gap={max_gap!r} must be an integer >= 0, such as 64.")
+    names = document_names(document_key)
+    check_max_gap(max_gap)
     inputs = list(documents)
-    groups: dict[str, tuple[tuple[Any, ...], list[int]]] = {}
-    for index, document in enumerate(inputs):
-        metadata = document.metadata or {}
-        values = tuple(metadata.get(name) for name in names)
-        if any(_missing(value) for value in values):
-            raise DataFormatError(
-                f"chunk {index} has no {_named(names)} (it holds {values!r}); set it to the "
-                "chunk's document (loaders write 'source'), or pass document_key=... naming "
-                "the key, or keys, that identify documents."
-            )
-        key = json.dumps(canonical(list(values)))
-        groups.setdefault(key, (values, []))[1].append(index)
     linked: dict[int, Document] = {}
-    for values, indices in groups.values():
+    for values, indices in _group_documents([d.metadata or {} for d in inputs], names):
         label = document_label(values)
-        own = [{k: v for k, v in (inputs[i].metadata or {}).items() if k not in LINK_KEYS}
+        own = [{k: v for k, v in (inputs[i].metadata or {}).items() if k not in WRITTEN_KEYS}
                for i in indices]  # fmt: skip
         texts = [inputs[i].page_content for i in indices]
-        joins = _joins(label, texts, own, max_gap, trust_order)
+        joins = chunk_joins(label, texts, own, max_gap, trust_order)
         ids = document_chunk_ids(values, texts, own)
         for index, metadata, links in zip(
             indices, own, link_sequence(label, ids, joins), strict=True
@@ -247,65 +204,3 @@ def link_chunks(
                 inputs[index].page_content, id=links.chunk_id, metadata=metadata
             )
     return [linked[index] for index in range(len(inputs))]
-
-
-def _offset(value: Any) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    return value if ok else None
-
-
-def _joins(
-    label: str, texts: list[str], metadatas: list[dict[str, Any]], max_gap: int, trust: bool
-) -> list[bool]:
-    """Whether each chunk after the first continues the one before; refuses what does not tile."""
-    if len(texts) < 2:
-        return []
-    starts = [_offset(metadata.get(OFFSET_KEY)) for metadata in metadatas]
-    offsets = [start for start in starts if start is not None]
-    if len(offsets) < len(starts):
-        if trust:
-            return [True] * (len(texts) - 1)
-        bad = metadatas[starts.index(None)].get(OFFSET_KEY)
-        raise DataFormatError(
-            f"document {label!r} has {len(texts)} chunks, and one holds {OFFSET_KEY}={bad!r}, "
-            "so SCAR cannot check that they are one whole text in reading order (two files "
-            "sharing a key would be chained as one). Split with add_start_index=True, or pass "
-            "trust_order=True if each document's chunks are all here, in reading order."
-        )
-    key = page_key_of(label, [(f"{p}", m) for p, m in enumerate(metadatas)])
-    pages: list[Any] = [m[key] if key else None for m in metadatas]
-    spans = [Span(start, len(t), t, t) for start, t in zip(offsets, texts, strict=True)]
-    fix = (
-        f"Pass every chunk of {label!r} to one link_chunks call, in the order the splitter "
-        "gave them; two files that share a key need document_key=('source', ...) naming a "
-        "key that tells them apart."
-    )
-    joins = []
-    for p, span in enumerate(spans):
-        if p and key is not None and pages[p] < pages[p - 1]:
-            what = f"chunk {p} is on {key} {pages[p]!r}, after {key} {pages[p - 1]!r}"
-            raise _tiling_error(label, what, fix)
-        first = p == 0 or (
-            pages[p] != pages[p - 1] and (span.start <= max_gap or span.start <= spans[p - 1].start)
-        )
-        if first and span.start > max_gap:
-            where = "" if p == 0 else f" {key} {pages[p]!r}"
-            raise DataFormatError(
-                f"document {label!r}{where} starts at {OFFSET_KEY}={span.start} in this call, "
-                f"more than max_gap={max_gap} characters in: the text before it is missing "
-                f"from this call. {fix} If the text starts with more whitespace, raise max_gap."
-            )
-        if not first:
-            previous = spans[p - 1]
-            fault = overlap_fault(previous, span)
-            if fault is None and span.start - previous.end > max_gap:
-                fault = (
-                    f"starts at {span.start}, {span.start - previous.end} characters after the "
-                    f"chunk before it ends ({previous.end}), more than max_gap={max_gap}: the "
-                    "text between them is missing from this call"
-                )
-            if fault is not None:
-                raise _tiling_error(label, f"chunk {p} {fault}", fix)
-        if p:
-            joins.append(not first)
-    return joins

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -12,22 +11,22 @@ from langchain_core.callbacks import (
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
+from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from scar_core.cache import EmbeddingCache
+from scar_core.chunks import Chunk
+from scar_core.driver import QueryDriver, VectorMemory
 from scar_core.errors import (
     InvalidSettingsError,
-    MissingQueryError,
     NeighborFetchError,
     settings_error_in,
-    unfilterable_store_error,
+    warn_once,
 )
 from scar_core.passages import stitch
-from scar_core.query import Fallback, Found, Placed, ScarQuery, warn_once
-from scar_core.settings import DEFAULT_K, ScarSettings, take_settings
+from scar_core.settings import DEFAULT_K, ScarSettings, check_int, take_settings
+from scar_langchain import _search
 from scar_langchain import links as lk
-from scar_langchain.stores import NOT_RESTRICTING, RESTRICTING, StoreReader, reader_for
+from scar_langchain.stores import StoreAccess, access_for
 
 __all__ = ["SCARRetriever"]
 
@@ -40,16 +39,6 @@ _HINTS = {
     "similarity_top_k": "SCARRetriever's budget is k=...",
     "search_type": "to put SCAR after MMR, hybrid search or a reranker, pass that retriever "
     "as retriever=... (SCAR then reads vectors and neighbours from vectorstore)",
-}
-#: First stages SCAR sees into, by exact class: the attribute holding the retrievers they search
-#: with. Their own steps (fusing ranks, reranking, rewording the query) never widen what the
-#: retrievers inside may return, so their filters are theirs. Any other first stage is opaque.
-_SEES_INTO = {
-    "langchain_classic.retrievers.ensemble.EnsembleRetriever": "retrievers",
-    "langchain_classic.retrievers.contextual_compression.ContextualCompressionRetriever": (
-        "base_retriever"
-    ),
-    "langchain_classic.retrievers.multi_query.MultiQueryRetriever": "retriever",
 }
 
 
@@ -144,12 +133,10 @@ class SCARRetriever(BaseRetriever):
     settings: ScarSettings = Field(default_factory=ScarSettings)
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     merge_passages: bool = False
-    embedding_cache: EmbeddingCache | None = Field(
-        default=None, description="Where embedded chunk vectors are kept (default on disk)."
-    )
 
-    _reader: StoreReader = PrivateAttr()
-    _fallback: Fallback = PrivateAttr()
+    _reader: StoreAccess = PrivateAttr()
+    #: Texts embedded because the store gave no vector: in memory only, never on disk.
+    _memory: VectorMemory = PrivateAttr(default_factory=VectorMemory)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -179,93 +166,18 @@ class SCARRetriever(BaseRetriever):
                 f"{type(self.vectorstore).__name__} exposes no `embeddings`, so SCAR cannot embed "
                 "the query; create the store with an Embeddings object."
             )
-        self._reader = reader_for(self.vectorstore)
-        self._check_names(self.search_kwargs, per_call=False)
+        self._reader = access_for(self.vectorstore)
+        _search.check_names(self._reader, self.search_kwargs, per_call=False)
         self._check_filter(self.search_kwargs)
-        self._check_first_stage()
-        store = type(self.vectorstore).__name__
-        self._fallback = Fallback(
-            _embedding_key(embeddings),
-            embeddings.embed_documents,
-            self.embedding_cache,
-            f"{store} gave SCAR no stored vectors for some chunks, so their texts are embedded "
-            "at query time (once each, then cached on disk; counted in "
-            "metadata['scar_embedded']). Use a store SCAR reads vectors from (InMemory, FAISS, "
-            "PGVector, Chroma, Qdrant) to avoid it.",
-            self.vectorstore,
-        )
+        if self.retriever is not None:
+            stated = "search_kwargs" in self.model_fields_set
+            _search.check_first_stage(self.retriever, self.vectorstore, self.search_kwargs, stated)
+        self._memory = VectorMemory()
         return self
 
     def _check_filter(self, search: dict[str, Any]) -> None:
-        """Refuse search arguments that restrict the search but that SCAR cannot apply to reads."""
-        self._reader.check(search)
-        unapplied = self._reader.unapplied(search)
-        allowed = self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors
-        if unapplied and not allowed:
-            known = sorted(self._reader.applies) or "none"
-            raise unfilterable_store_error(
-                type(self.vectorstore).__name__,
-                f"it applies {known} of the search's arguments to reads by id, not {unapplied}",
-            )
-
-    def _check_names(self, search: dict[str, Any], per_call: bool) -> None:
-        """Refuse a misspelled search argument, and per call any argument not on the allow-list.
-
-        Per call, ``invoke`` takes ``k``, the arguments the store's reader applies to neighbour
-        reads, and those that never restrict a search; a restricting argument of another store
-        (``filter``, ``where_document``) then meets :meth:`_check_filter`.
-        """
-        takes = ["k", *sorted(self._reader.applies), *sorted(NOT_RESTRICTING)]
-        for name, value in search.items():
-            if name in takes or (name in RESTRICTING and per_call):
-                continue
-            near = difflib.get_close_matches(name, takes, n=1, cutoff=0.6)
-            if near and name not in RESTRICTING:
-                where = "invoke()" if per_call else "search_kwargs"
-                raise InvalidSettingsError(
-                    f"{where} got {name}={value!r}, which is not an argument SCARRetriever "
-                    f"knows; did you mean {near[0]}?"
-                )
-            if per_call:
-                raise InvalidSettingsError(
-                    f"invoke() got {name}={value!r}, which SCARRetriever does not pass on: per "
-                    f"call it takes {', '.join(takes)}. Pass other search arguments in "
-                    "SCARRetriever(search_kwargs={...}), where SCAR checks that it can apply "
-                    "them to the neighbours it reads."
-                )
-
-    def _check_first_stage(self) -> None:
-        """Refuse a first stage whose filter SCAR cannot see or that differs from the neighbours'.
-
-        SCAR sees into a ``VectorStoreRetriever`` of ``vectorstore`` and into the first stages of
-        ``_SEES_INTO`` around such retrievers. Around anything else (BM25, a user's own
-        retriever, another store) it cannot know the filter, so ``search_kwargs`` must state it,
-        ``{}`` for none; it is never assumed that there is none.
-        """
-        if self.retriever is None:
-            return
-        seen, opaque = _first_stage_parts(self.retriever, self.vectorstore)
-        if opaque and "search_kwargs" not in self.model_fields_set:
-            raise InvalidSettingsError(
-                f"SCARRetriever cannot see which filter the first stage searches with: "
-                f"{', '.join(opaque)} is not a retriever it can look into (it sees into "
-                "vectorstore.as_retriever(...), and EnsembleRetriever, "
-                "ContextualCompressionRetriever and MultiQueryRetriever around such "
-                "retrievers). Neighbours are read under search_kwargs' filter, so state it: "
-                "SCARRetriever(vectorstore=..., retriever=..., search_kwargs={'filter': <the "
-                "filter the first stage searches with>}), or search_kwargs={} if it searches "
-                "without a filter."
-            )
-        mine = _restricting(self.search_kwargs)
-        for leaf in seen:
-            theirs = _restricting(leaf.search_kwargs)
-            if theirs != mine:
-                raise InvalidSettingsError(
-                    f"the first stage searches with {_arguments(theirs)}, but SCARRetriever "
-                    f"would read neighbours with {_arguments(mine)}; pass SCARRetriever("
-                    f"search_kwargs={theirs!r}) so that neighbours are read under the same "
-                    "filter."
-                )
+        opted_out = bool(self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors)
+        _search.check_filter(self._reader, search, opted_out)
 
     # The sync and async shells: search, read what the query asks for, render.
 
@@ -283,8 +195,10 @@ class SCARRetriever(BaseRetriever):
             found = self._read(ids, search)
             missing.update(set(ids) - {f.id for f in found})
             scar.receive(found)
+            if texts := scar.lacking():
+                scar.embedded(self._embeddings(len(texts)).embed_documents(texts))
         self._check_held(scar, hits, missing)
-        return self._render(scar.placed())
+        return self._render(scar)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
@@ -300,9 +214,11 @@ class SCARRetriever(BaseRetriever):
         while ids := scar.wanted():
             found = await self._aread(ids, search)
             missing.update(set(ids) - {f.id for f in found})
-            await scar.areceive(found)
+            scar.receive(found)
+            if texts := scar.lacking():
+                scar.embedded(await self._embeddings(len(texts)).aembed_documents(texts))
         self._check_held(scar, hits, missing)
-        return self._render(scar.placed())
+        return self._render(scar)
 
     # The steps both shells share.
 
@@ -313,12 +229,7 @@ class SCARRetriever(BaseRetriever):
             MissingQueryError: If ``query`` is not a non-empty string.
             InvalidSettingsError: For a setting or an argument that may not change per call.
         """
-        if not isinstance(query, str) or not query.strip():
-            raise MissingQueryError(
-                f"SCARRetriever got {query!r} ({type(query).__name__}) as the query; it needs "
-                "the question as a non-empty string: retriever.invoke('How long is CCTV "
-                "footage kept?')."
-            )
+        _search.check_query(query)
         settings = sorted(set(kwargs) & set(ScarSettings.names()) - {"k"})
         if settings:
             raise InvalidSettingsError(
@@ -326,7 +237,7 @@ class SCARRetriever(BaseRetriever):
                 "(other keyword arguments go to the search, as search_kwargs do). Set the "
                 "others on the retriever."
             )
-        self._check_names(kwargs, per_call=True)
+        _search.check_names(self._reader, kwargs, per_call=True)
         if self.retriever is not None and set(kwargs) - {"k"}:
             raise InvalidSettingsError(
                 f"invoke() got {sorted(set(kwargs) - {'k'})}, which cannot reach the first "
@@ -335,14 +246,13 @@ class SCARRetriever(BaseRetriever):
             )
         search = self.search_kwargs | kwargs
         k = search.pop("k", self.settings.k or DEFAULT_K)
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise InvalidSettingsError(f"k={k!r} is not valid; it must be an integer >= 1.")
+        check_int("k", k)
         self._check_filter(search)
         return k, search
 
-    def _query(self, vector: list[float], hits: list[Document], k: int) -> ScarQuery:
-        scar = ScarQuery(
-            vector, [_hit(d) for d in hits], self.settings, k, self._fallback, self.vectorstore
+    def _query(self, vector: list[float], hits: list[Document], k: int) -> QueryDriver:
+        scar = QueryDriver.for_adapter(
+            vector, [_hit(d) for d in hits], self.settings, k, self._memory, self.vectorstore
         )
         if hits and not scar.linked:
             warn_once(
@@ -355,38 +265,18 @@ class SCARRetriever(BaseRetriever):
             )
         return scar
 
-    def _check_held(self, scar: ScarQuery, hits: list[Document], missing: set[str]) -> None:
-        """Warn once if first-stage hits lack an id the store holds: SCAR cannot expand them.
+    def _check_held(self, scar: QueryDriver, hits: list[Document], missing: set[str]) -> None:
+        """Warn once if first-stage hits lack an id the store holds: SCAR cannot expand them."""
+        if self.retriever is not None and scar.linked:
+            _search.warn_outside(self.retriever, self.vectorstore, hits, missing)
 
-        A hit is matched to its stored chunk by id only: a store has no general read by text,
-        and a text the store holds more than once (boilerplate, two tenants' copies of a file)
-        names no single chunk.
-        """
-        if self.retriever is None or not scar.linked:
-            return
-        ids = [lk.chunk_id_of(d) for d in hits]
-        outside = [d for d, i in zip(hits, ids, strict=True) if i is None or i in missing]
-        if outside:
-            store = type(self.vectorstore).__name__
-            named = ", ".join(repr(lk.chunk_id_of(d)) for d in outside[:3])
-            warn_once(
-                "hits outside the store",
-                self.vectorstore,
-                f"{type(self.retriever).__name__} returned {len(outside)} of {len(hits)} hits "
-                f"with no id that {store} holds under the search's filter (ids {named}), so "
-                "SCAR keeps them but cannot expand them. Build the first stage from the "
-                "documents the store holds, with their ids: the link_chunks output you added, "
-                "or, after link_store, the store's own documents (vectorstore.get_by_ids(ids)).",
-                stacklevel=4,
-            )
-
-    def _read(self, ids: list[str], search: dict[str, Any]) -> list[Found]:
+    def _read(self, ids: list[str], search: dict[str, Any]) -> list[Chunk]:
         try:
             return [_hit(d, vector) for d, vector in self._reader.read(ids, search).values()]
         except Exception as error:
             raise self._fetch_error(ids, error) from error
 
-    async def _aread(self, ids: list[str], search: dict[str, Any]) -> list[Found]:
+    async def _aread(self, ids: list[str], search: dict[str, Any]) -> list[Chunk]:
         try:
             found = await self._reader.aread(ids, search)
         except Exception as error:
@@ -399,28 +289,45 @@ class SCARRetriever(BaseRetriever):
             f"({type(error).__name__}: {error}); check that the store is reachable."
         )
 
-    def _render(self, placed: list[Placed]) -> list[Document]:
+    def _embeddings(self, texts: int) -> Embeddings:
+        """The store's embeddings, to embed ``texts`` texts it gave no vector for (warned once)."""
+        warn_once(
+            "embedded",
+            self.vectorstore,
+            f"{type(self.vectorstore).__name__} gave SCAR no stored vectors for some chunks "
+            f"({texts} this query), so their texts are embedded at query time with the store's "
+            "embeddings (each once per retriever, kept in memory; counted in "
+            "metadata['scar_embedded']). Use a store SCAR reads vectors from (InMemory, FAISS, "
+            "PGVector, Chroma, Qdrant) to avoid it, or give the store CacheBackedEmbeddings to "
+            "keep the vectors on disk.",
+            stacklevel=4,
+        )
+        return self.vectorstore.embeddings  # type: ignore[return-value]
+
+    def _render(self, scar: QueryDriver) -> list[Document]:
+        returned = scar.returned()
         if not self.merge_passages:
             return [
-                Document(p.found.text, id=p.found.id, metadata=dict(p.found.metadata) | p.trace)
-                for p in placed
+                Document(c.text, id=lk.chunk_id_of(c.item), metadata=dict(c.metadata) | trace)
+                for c, trace in returned
             ]
-        passages: dict[int, list[Placed]] = {}
-        for p in placed:
-            passages.setdefault(p.trace["scar_passage"], []).append(p)
+        passages: dict[int, list[tuple[Chunk, dict[str, Any]]]] = {}
+        for c, trace in returned:
+            passages.setdefault(trace["scar_passage"], []).append((c, trace))
+        rank = {h: r for r, h in enumerate(scar.hit_ids)}
         out = []
         for number, members in passages.items():
-            best = min(members, key=lambda p: p.selected.seed_rank if p.selected else 0)
-            seed = next((p for p in members if p.chunk_id == best.trace["scar_seed_id"]), best)
-            starts = [p.found.metadata.get("start_index") for p in members]
+            best = min(members, key=lambda m: rank.get(m[1]["scar_seed_id"], 0))[1]
+            seed = next((t for c, t in members if c.id == best["scar_seed_id"]), best)
+            starts = [c.metadata.get("start_index") for c, _ in members]
             usable = [s if isinstance(s, int) else None for s in starts]
-            metadata = _shared([p.found.metadata for p in members])
+            metadata = _shared([c.metadata for c, _ in members])
             metadata |= {"start_index": starts[0]} if usable[0] is not None else {}
-            metadata |= {k: best.trace[k] for k in ("scar_expanded", "scar_embedded")}
-            metadata |= {"scar_passage": number, "scar_score": seed.trace["scar_score"]}
-            metadata |= {"scar_chunk_ids": [p.chunk_id for p in members]}
-            metadata |= {"scar_chunks": [dict(p.found.metadata) | p.trace for p in members]}
-            text = stitch([p.found.text for p in members], usable)
+            metadata |= {k: best[k] for k in ("scar_expanded", "scar_embedded")}
+            metadata |= {"scar_passage": number, "scar_score": seed["scar_score"]}
+            metadata |= {"scar_chunk_ids": [c.id for c, _ in members]}
+            metadata |= {"scar_chunks": [dict(c.metadata) | t for c, t in members]}
+            text = stitch([c.text for c, _ in members], usable)
             out.append(Document(page_content=text, metadata=metadata))
         return out
 
@@ -443,62 +350,12 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _first_stage_parts(
-    retriever: BaseRetriever, store: VectorStore
-) -> tuple[list[VectorStoreRetriever], list[str]]:
-    """The retrievers of ``store`` a first stage searches with, and its parts SCAR cannot see into.
-
-    Returns:
-        The vector store retrievers of ``store`` found through the first stages of
-        ``_SEES_INTO``, and each other part, named with the first stages around it.
-    """
-    seen: list[VectorStoreRetriever] = []
-    opaque: list[str] = []
-    stack: list[tuple[Any, str]] = [(retriever, "")]
-    while stack:
-        current, around = stack.pop()
-        kind = type(current)
-        children = _SEES_INTO.get(f"{kind.__module__}.{kind.__qualname__}")
-        if kind is VectorStoreRetriever and current.vectorstore is store:
-            seen.append(current)
-        elif children is not None:
-            inner = getattr(current, children)
-            inside = f" in {kind.__name__}{around}"
-            stack += [(c, inside) for c in (inner if isinstance(inner, list) else [inner])]
-        elif kind is VectorStoreRetriever:
-            other = type(current.vectorstore).__name__
-            opaque.append(f"a VectorStoreRetriever of another store ({other}){around}")
-        else:
-            opaque.append(f"{kind.__name__}{around}")
-    return seen, opaque
-
-
-def _restricting(search: dict[str, Any]) -> dict[str, Any]:
-    """The search arguments that may restrict what a search returns (all but k and ranking)."""
-    return {k: v for k, v in search.items() if k != "k" and k not in NOT_RESTRICTING}
-
-
-def _arguments(search: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in search.items()) or "no filter"
-
-
-def _hit(document: Document, vector: Any = None) -> Found:
-    """The core's view of a Document: id, vector, links and what tells it apart."""
+def _hit(document: Document, vector: Any = None) -> Chunk:
+    """The core's record of a Document: id, vector, links, text and metadata."""
     metadata = document.metadata or {}
     previous_id, next_id = lk.links_of(metadata)
     linked = bool(previous_id or next_id or metadata.get(lk.DOCUMENT_ID_KEY))
-    return Found(
-        lk.chunk_id_of(document), document, vector, previous_id, next_id, linked, metadata,
-        document.page_content,
+    return Chunk(
+        lk.chunk_id_of(document) or "", vector, previous_id, next_id, linked,
+        document.page_content, metadata, document,
     )  # fmt: skip
-
-
-def _embedding_key(embeddings: Embeddings) -> str:
-    """A cache key naming the embedding model as precisely as its attributes allow."""
-    kind = f"{type(embeddings).__module__}.{type(embeddings).__qualname__}"
-    details = [
-        f"{name}={getattr(embeddings, name)}"
-        for name in ("model", "model_name", "deployment", "dimensions", "size")
-        if getattr(embeddings, name, None) is not None
-    ]
-    return f"{kind}({','.join(details)})"

@@ -1,127 +1,76 @@
-"""Read chunks and their stored vectors from a LangChain vector store, under the search's filter.
+"""One class per LangChain vector store: how SCAR reads, lists and writes its chunks.
 
-One small reader per store, chosen by the store's type (its package is imported only then).
+:func:`access_for` picks the class by the store's type (its package is imported only then).
 ``read(ids, search_kwargs)`` returns, in one batched call, the chunks among ``ids`` that the
 store holds **and that its search, given the same ``search_kwargs``, could return**, with their
-stored vectors:
+stored vectors; ``listing`` pages through every chunk's id, metadata and (if asked) text, and
+``write`` sets SCAR's link keys in place, for ``link_store``:
 
 =====================  ==========================================================================
-store                  read
+store                  read / list and write
 =====================  ==========================================================================
-InMemoryVectorStore    its ``store`` dict; ``filter`` (a callable) called as its search calls it
+InMemoryVectorStore    its ``store`` dict; ``filter`` (a callable) called as its search calls it;
+                       writes the rows' ``metadata``
 FAISS                  the docstore, vectors by ``index.reconstruct_batch``; ``filter`` (dict or
-                       callable) evaluated by FAISS's own filter function
-PGVectorStore          ``get(ids, where=filter, include=[...])``, the search's filter clause
-Chroma                 ``get(ids, where=filter, where_document=..., include=[...])``
-QdrantVectorStore      ``client.scroll`` with the search's ``filter`` and a ``HasIdCondition``
-any other store        ``get_by_ids``, without vectors, and with no filter it can apply
+                       callable) evaluated by FAISS's own filter function; writes the docstore
+                       (``delete`` then ``add``), never the index
+PGVectorStore          ``get(ids, where=filter, include=[...])``, the search's filter clause;
+                       writes whole rows back with ``add_embeddings`` (its only public write),
+                       texts and vectors as read, four calls at once (it commits row by row)
+Chroma                 ``get(ids, where=filter, where_document=..., include=[...])``; writes the
+                       link keys alone with its collection's ``update``, which merges them
+QdrantVectorStore      ``client.scroll`` with the search's ``filter`` and a ``HasIdCondition``;
+                       writes ``batch_update_points`` (``SetPayload``, ``DeletePayload``)
+any other store        ``get_by_ids``, without vectors, and with no filter it can apply; it
+                       cannot be listed
 =====================  ==========================================================================
 
-A reader lists the ``search_kwargs`` it applies (:attr:`StoreReader.applies`) and the form each
-must have (:meth:`StoreReader.check`); any other key that may restrict what a search returns is
-reported by :meth:`StoreReader.unapplied`, and the retriever refuses to read neighbours past it.
-``docs/stores.md`` has the matrix.
+SCAR opens no connection of its own: every read and write goes through the store.
+``docs/stores.md`` has the matrix; :mod:`scar_langchain._access` the allow-lists.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
-from scar_core.errors import InvalidSettingsError
-from scar_core.query import warn_once
-
-__all__ = ["NOT_RESTRICTING", "RESTRICTING", "Rows", "StoreReader", "reader_for"]
-
-#: What a read returns: ``{chunk id: (document, stored vector or None)}``.
-Rows = dict[str, tuple[Document, Any]]
-
-#: Search keyword arguments that change how a search ranks or how many hits it fetches, but never
-#: which chunks it may return; a reader need not apply them to neighbours.
-NOT_RESTRICTING = frozenset(
-    {"fetch_k", "score_threshold", "search_params", "consistency", "offset", "lambda_mult"}
+from scar_core.errors import warn_once
+from scar_langchain import _compat
+from scar_langchain._access import (
+    PAGE,
+    Change,
+    Form,
+    ListedRow,
+    Rows,
+    StoreAccess,
+    a_dict,
+    as_rows,
+    batches,
+    diff,
+    merged,
 )
-#: Search keyword arguments that restrict which chunks a search returns, on the stores SCAR has a
-#: reader for; on any other store they are refused unless the user opts out.
-RESTRICTING = frozenset({"filter", "where_document"})
 
-#: A form a search argument must have: its name, the form in words, and a test of a value.
-Form = tuple[str, str, Callable[[Any], bool]]
+__all__ = ["StoreAccess", "access_for"]
 
-
-def _a_dict(name: str) -> Form:
-    return (name, "a dict, as the store's search takes it", lambda value: isinstance(value, dict))
+#: Chunks per ``scroll`` when listing (local Qdrant sorts every id on each call).
+_QDRANT_PAGE = 16384
+#: Concurrent ``add_embeddings`` calls (PGVectorStore commits each row on its own).
+_PG_WRITERS = 4
+_GET_INCLUDE = ["documents", "metadatas", "embeddings"]
 
 
-def _found(rows: Iterable[tuple[Any, str | None, dict[str, Any] | None, Any]]) -> Rows:
-    """``Rows`` from ``(id, text, metadata, vector)`` tuples, ids as strings."""
-    return {
-        str(i): (Document(id=str(i), page_content=text or "", metadata=meta or {}), vector)
-        for i, text, meta, vector in rows
-    }
+def _point_id(chunk_id: str) -> int | str:
+    """A Qdrant point id (integer ids come back from metadata links as digit strings)."""
+    return int(chunk_id) if chunk_id.isdigit() else chunk_id
 
 
-class StoreReader:
-    """The default reader: documents through ``get_by_ids``, without vectors or filter.
-
-    Args:
-        store: The vector store to read from.
-    """
-
-    #: Whether reads are in-process lookups, answered without a worker thread on the async path.
-    in_process = False
-    #: The search keyword arguments this reader applies to every read, as the search does.
-    applies: frozenset[str] = frozenset()
-    #: The form each of :attr:`applies` must have (``None`` always means "not given").
-    forms: tuple[Form, ...] = ()
-
-    def __init__(self, store: VectorStore) -> None:
-        self.store: Any = store
-
-    def check(self, search_kwargs: dict[str, Any]) -> None:
-        """Refuse a search argument this reader applies but whose form the store does not take.
-
-        Raises:
-            InvalidSettingsError: Naming the store, the argument, its value and the form.
-        """
-        for name, form, takes in self.forms:
-            value = search_kwargs.get(name)
-            if value is not None and not takes(value):
-                raise InvalidSettingsError(
-                    f"{type(self.store).__name__} searches with {name}={value!r}, which is not "
-                    f"{form}; pass {name}=<{form}>, the same in search_kwargs and per call."
-                )
-
-    def unapplied(self, search_kwargs: dict[str, Any]) -> list[str]:
-        """Return the keys of ``search_kwargs`` that may restrict a search but not this read."""
-        return sorted(set(search_kwargs) - self.applies - NOT_RESTRICTING)
-
-    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
-        """Return ``{id: (document, vector or None)}`` for the ids the store holds.
-
-        Args:
-            ids: The chunk ids to read.
-            search_kwargs: The search's keyword arguments; the keys in :attr:`applies` restrict
-                the read exactly as they restrict the search.
-        """
-        return {d.id: (d, None) for d in self.store.get_by_ids(list(ids)) if d.id}
-
-    async def aread(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
-        """Async :meth:`read`: the store's async API where it has one, else a worker thread."""
-        if self.in_process:
-            return self.read(ids, search_kwargs)
-        if type(self) is StoreReader:
-            return {d.id: (d, None) for d in await self.store.aget_by_ids(list(ids)) if d.id}
-        return await asyncio.to_thread(self.read, ids, search_kwargs)
-
-
-class _InMemoryReader(StoreReader):
+class _InMemory(StoreAccess):
     in_process = True
     applies = frozenset({"filter"})
     forms = (("filter", "a function of a Document (lambda doc: ... -> bool)", callable),)
@@ -129,12 +78,23 @@ class _InMemoryReader(StoreReader):
     def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         rows = self.store.store
         fields = ("text", "metadata", "vector")
-        found = _found((i, *(rows[i][field] for field in fields)) for i in ids if i in rows)
+        found = as_rows((i, *(rows[i][field] for field in fields)) for i in ids if i in rows)
         allowed = search_kwargs.get("filter")  # the search calls it on a Document, as here
         return found if allowed is None else {i: f for i, f in found.items() if allowed(f[0])}
 
+    def listing(
+        self, keys: Sequence[str], texts: bool = False
+    ) -> tuple[int, Iterator[list[ListedRow]]]:
+        rows = self.store.store
+        return len(rows), batches(((i, r["metadata"], r["text"]) for i, r in rows.items()), PAGE)
 
-class _FaissReader(StoreReader):
+    def _write(self, changes: list[Change]) -> None:
+        for chunk_id, _, links in changes:
+            row = self.store.store[chunk_id]
+            row["metadata"] = merged(row["metadata"], links)
+
+
+class _Faiss(StoreAccess):
     in_process = True
     applies = frozenset({"filter"})
     forms = (
@@ -144,17 +104,17 @@ class _FaissReader(StoreReader):
             lambda value: isinstance(value, dict) or callable(value),
         ),
     )
-    _rows: tuple[int, int, dict[str, int]] = (0, -1, {})  # (mapping's id, size, chunk id -> row)
+    _row_of: tuple[int, int, dict[str, int]] = (0, -1, {})  # (mapping's id, size, id -> row)
 
     def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
         mapping: dict[int, str] = self.store.index_to_docstore_id
-        if self._rows[:2] != (id(mapping), len(mapping)):  # chunks were added or deleted
-            self._rows = (id(mapping), len(mapping), {c: row for row, c in mapping.items()})
-        rows = self._rows[2]
+        if self._row_of[:2] != (id(mapping), len(mapping)):  # chunks were added or deleted
+            self._row_of = (id(mapping), len(mapping), {c: row for row, c in mapping.items()})
+        rows = self._row_of[2]
         documents = {i: self.store.docstore.search(i) for i in ids if i in rows}
         found = [i for i, d in documents.items() if isinstance(d, Document)]
         if search_kwargs.get("filter") is not None:  # FAISS's own evaluation of its filter
-            allowed = self.store._create_filter_func(search_kwargs["filter"])
+            allowed = _compat.faiss_filter(self.store, search_kwargs["filter"])
             found = [i for i in found if allowed(documents[i].metadata)]
         if not found:
             return {}
@@ -182,19 +142,83 @@ class _FaissReader(StoreReader):
             if (d := documents[i]) is not None
         }
 
+    def listing(
+        self, keys: Sequence[str], texts: bool = False
+    ) -> tuple[int, Iterator[list[ListedRow]]]:
+        ids = self.store.index_to_docstore_id.values()
+        found = ((i, self.store.docstore.search(i)) for i in ids)
+        rows = ((i, d.metadata, d.page_content) for i, d in found if not isinstance(d, str))
+        return len(ids), batches(rows, PAGE)
 
-_GET_INCLUDE = ["documents", "metadatas", "embeddings"]
+    def _write(self, changes: list[Change]) -> None:
+        docstore, documents = self.store.docstore, {}
+        for chunk_id, _, links in changes:
+            document = docstore.search(chunk_id)
+            metadata = merged(document.metadata, links)
+            documents[chunk_id] = document.model_copy(update={"metadata": metadata})
+        docstore.delete(list(documents))  # the docstore's add refuses ids it holds
+        docstore.add(documents)
 
 
 def _from_get(result: dict[str, Any]) -> Rows:
     """``Rows`` from a ``get`` result; pgvector gives vectors as text (of float32 values)."""
-    return _found(
+    return as_rows(
         (i, text, meta, np.asarray(json.loads(v), np.float32) if isinstance(v, str) else v)
         for i, text, meta, v in zip(*(result[k] for k in ["ids", *_GET_INCLUDE]), strict=True)
     )
 
 
-class _PGVectorReader(StoreReader):
+class _ByGet(StoreAccess):
+    """What Chroma and PGVectorStore share: ``get`` by ids, and ``get`` to list them."""
+
+    def _where(self, search_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The ``get`` arguments that restrict a read as ``search_kwargs`` restrict the search."""
+        raise NotImplementedError
+
+    def read(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
+        where = self._where(search_kwargs)
+        return _from_get(self.store.get(ids=list(ids), include=_GET_INCLUDE, **where))
+
+    def listing(
+        self, keys: Sequence[str], texts: bool = False
+    ) -> tuple[int, Iterator[list[ListedRow]]]:
+        ids = self.store.get(include=[])["ids"]
+        include = ["metadatas", "documents"] if texts else ["metadatas"]
+
+        def pages() -> Iterator[list[ListedRow]]:
+            for batch in batches(ids, PAGE):
+                got = self.store.get(ids=batch, include=include)
+                read = got["documents"] if texts else [None] * len(got["ids"])
+                rows = zip(got["ids"], got["metadatas"], read, strict=True)
+                yield [(str(i), m or {}, t) for i, m, t in rows]
+
+        return len(ids), pages()
+
+
+class _Chroma(_ByGet):
+    applies = frozenset({"filter", "where_document"})
+    forms: tuple[Form, ...] = (a_dict("filter"), a_dict("where_document"))
+
+    def _where(self, search_kwargs: dict[str, Any]) -> dict[str, Any]:
+        where = {"where": search_kwargs.get("filter")}
+        return where | {"where_document": search_kwargs.get("where_document")}
+
+    @property
+    def batch_size(self) -> int:
+        """At most the client's max batch size."""
+        return _compat.chroma_max_batch_size(self.store)
+
+    def _write(self, changes: list[Change]) -> None:
+        # ``update`` merges metadata into what the chunk holds; a None value removes a key.
+        metadatas = []
+        for _, old, new in changes:
+            values, gone = diff(old, new)
+            metadatas.append(values | dict.fromkeys(gone))
+        collection = _compat.chroma_collection(self.store)
+        collection.update(ids=[i for i, _, _ in changes], metadatas=metadatas)
+
+
+class _PGVector(_ByGet):
     """``get`` by ids; its ``where`` takes the search's ``filter`` through the same clause builder.
 
     A link can name an id the table's id column cannot hold (``"not-a-uuid"`` in a ``UUID``
@@ -204,7 +228,7 @@ class _PGVectorReader(StoreReader):
     """
 
     applies = frozenset({"filter"})
-    forms: tuple[Form, ...] = (_a_dict("filter"),)
+    forms: tuple[Form, ...] = (a_dict("filter"),)
 
     def __init__(self, store: VectorStore) -> None:
         super().__init__(store)
@@ -218,9 +242,8 @@ class _PGVectorReader(StoreReader):
         wanted = [i for i in ids if i not in self.refused]
         if not wanted:
             return {}
-        where = self._where(search_kwargs)
         try:
-            return _from_get(self.store.get(ids=wanted, include=_GET_INCLUDE, **where))
+            return super().read(wanted, search_kwargs)
         except Exception as error:
             if not _data_error(error):
                 raise
@@ -229,8 +252,6 @@ class _PGVectorReader(StoreReader):
         return self.read(wanted, search_kwargs)  # again, without the ids the column refused
 
     async def aread(self, ids: Sequence[str], search_kwargs: dict[str, Any]) -> Rows:
-        if not hasattr(self.store, "aget"):  # Chroma
-            return await asyncio.to_thread(self.read, ids, search_kwargs)
         wanted = [i for i in ids if i not in self.refused]
         if not wanted:
             return {}
@@ -285,6 +306,29 @@ class _PGVectorReader(StoreReader):
         )
         return True
 
+    def _write(self, changes: list[Change]) -> None:
+        # add_embeddings commits row by row: a few calls at once keep the database busy.
+        links = {chunk_id: new for chunk_id, _, new in changes}
+        parts = batches(links, -(-len(links) // _PG_WRITERS))
+        with ThreadPoolExecutor(_PG_WRITERS) as pool:
+            list(pool.map(self._rewrite, [{i: links[i] for i in part} for part in parts]))
+
+    def _rewrite(self, links: dict[str, tuple[Any, ...]]) -> None:
+        """Read these chunks' rows whole, and upsert them with their new links."""
+        got = self.store.get(ids=list(links), include=_GET_INCLUDE)
+        ids = [str(i) for i in got["ids"]]
+        self.store.add_embeddings(
+            got["documents"],
+            [
+                json.loads(v) if isinstance(v, str) else list(map(float, v))
+                for v in got["embeddings"]
+            ],
+            metadatas=[
+                merged(m or {}, links[i]) for i, m in zip(ids, got["metadatas"], strict=True)
+            ],
+            ids=ids,
+        )
+
 
 def _data_error(error: Exception) -> bool:
     """Whether PostgreSQL refused a value (SQLSTATE class 22, which SQLAlchemy calls DataError)."""
@@ -295,29 +339,13 @@ def _data_error(error: Exception) -> bool:
     return isinstance(error, DataError)
 
 
-class _ChromaReader(_PGVectorReader):
-    """``get`` by ids with the search's ``filter`` as ``where`` and its ``where_document``."""
-
-    applies = frozenset({"filter", "where_document"})
-    forms: tuple[Form, ...] = (_a_dict("filter"), _a_dict("where_document"))
-
-    def _where(self, search_kwargs: dict[str, Any]) -> dict[str, Any]:
-        where = {"where": search_kwargs.get("filter")}
-        return where | {"where_document": search_kwargs.get("where_document")}
-
-
-def _point_id(chunk_id: str) -> int | str:
-    """A Qdrant point id (integer ids come back from metadata links as digit strings)."""
-    return int(chunk_id) if chunk_id.isdigit() else chunk_id
-
-
 def _qdrant_filter(value: Any) -> bool:
     from qdrant_client import models
 
     return isinstance(value, models.Filter)
 
 
-class _QdrantReader(StoreReader):
+class _Qdrant(StoreAccess):
     """``scroll`` over the points that have one of the ids and match the search's ``filter``."""
 
     applies = frozenset({"filter"})
@@ -329,37 +357,91 @@ class _QdrantReader(StoreReader):
         conditions: list[Any] = [models.HasIdCondition(has_id=[_point_id(i) for i in ids])]
         if search_kwargs.get("filter") is not None:  # a models.Filter, as the search takes it
             conditions.append(search_kwargs["filter"])
-        points, _ = self.store.client.scroll(
-            self.store.collection_name,
+        store = self.store
+        points, _ = store.client.scroll(
+            store.collection_name,
             scroll_filter=models.Filter(must=conditions),
             limit=len(ids),
             with_payload=True,
-            with_vectors=[self.store.vector_name],
+            with_vectors=[store.vector_name],
         )
-        rows, store = [], self.store
+        rows = []
         for point in points:  # with the metadata keys the store's search adds to its hits
             payload, vector = point.payload or {}, point.vector
             metadata = dict(payload.get(store.metadata_payload_key) or {})
             metadata |= {"_id": point.id, "_collection_name": store.collection_name}
             vector = vector.get(store.vector_name) if isinstance(vector, dict) else vector
             rows.append((point.id, payload.get(store.content_payload_key), metadata, vector))
-        return _found(rows)
+        return as_rows(rows)
+
+    def listing(
+        self, keys: Sequence[str], texts: bool = False
+    ) -> tuple[int, Iterator[list[ListedRow]]]:
+        client, name = self.store.client, self.store.collection_name
+        key, content = self.store.metadata_payload_key, self.store.content_payload_key
+        # Only the metadata keys asked for (all the metadata if a key needs quoting).
+        simple = all(k.isidentifier() for k in keys)
+        payload = [f"{key}.{k}" for k in keys] if simple else [key]
+        payload += [content] if texts else []
+
+        def pages() -> Iterator[list[ListedRow]]:
+            offset = None
+            while True:
+                points, offset = client.scroll(
+                    name,
+                    limit=_QDRANT_PAGE,
+                    offset=offset,
+                    with_payload=payload,
+                    with_vectors=False,
+                )
+                yield [
+                    (str(p.id), (p.payload or {}).get(key) or {}, (p.payload or {}).get(content))
+                    for p in points
+                ]
+                if offset is None:
+                    return
+
+        return client.count(name, exact=True).count, pages()
+
+    def _write(self, changes: list[Change]) -> None:
+        from qdrant_client import models
+
+        key, operations = self.store.metadata_payload_key, list[models.UpdateOperation]()
+        for chunk_id, old, new in changes:
+            point: list[models.ExtendedPointId] = [_point_id(chunk_id)]
+            values, gone = diff(old, new)
+            operations.append(
+                models.SetPayloadOperation(
+                    set_payload=models.SetPayload(payload=values, points=point, key=key)
+                )
+            )
+            if gone:
+                keys = [f"{key}.{k}" for k in gone]
+                operations.append(
+                    models.DeletePayloadOperation(
+                        delete_payload=models.DeletePayload(keys=keys, points=point)
+                    )
+                )
+        self.store.client.batch_update_points(self.store.collection_name, operations)
 
 
-_READERS: dict[str, type[StoreReader]] = {
-    "langchain_community.FAISS": _FaissReader,
-    "langchain_postgres.PGVectorStore": _PGVectorReader,
-    "langchain_chroma.Chroma": _ChromaReader,
-    "langchain_qdrant.QdrantVectorStore": _QdrantReader,
+#: The class of each store SCAR knows, by package and class name (a subclass is served by its
+#: nearest known base; ``InMemoryVectorStore`` only by exact type, as a subclass may keep its
+#: rows elsewhere).
+_ACCESS: dict[str, type[StoreAccess]] = {
+    "langchain_community.FAISS": _Faiss,
+    "langchain_postgres.PGVectorStore": _PGVector,
+    "langchain_chroma.Chroma": _Chroma,
+    "langchain_qdrant.QdrantVectorStore": _Qdrant,
 }
 
 
-def reader_for(store: VectorStore) -> StoreReader:
-    """Return the reader for ``store``'s type: the most direct public way to its vectors."""
-    if type(store) is InMemoryVectorStore:  # a subclass may keep its rows elsewhere
-        return _InMemoryReader(store)
+def access_for(store: VectorStore) -> StoreAccess:
+    """Return the class for ``store``'s type: the most direct public way to its chunks."""
+    if type(store) is InMemoryVectorStore:
+        return _InMemory(store)
     for cls in type(store).__mro__:
-        reader = _READERS.get(f"{cls.__module__.split('.')[0]}.{cls.__name__}")
-        if reader is not None:
-            return reader(store)
-    return StoreReader(store)
+        access = _ACCESS.get(f"{cls.__module__.split('.')[0]}.{cls.__name__}")
+        if access is not None:
+            return access(store)
+    return StoreAccess(store)

@@ -3,14 +3,13 @@
 LlamaIndex node parsers link each node to the one before and after it
 (``NodeRelationship.PREVIOUS`` / ``NEXT``). This postprocessor follows those links from the
 retrieved nodes, reads the neighbours and their stored embeddings (:mod:`scar_llamaindex.reads`),
-and lets :class:`scar_core.query.ScarQuery` decide which of them continue the evidence.
+and lets :class:`scar_core.driver.QueryDriver` decide which of them continue the evidence.
 """
 
 from __future__ import annotations
 
 import contextlib
 import operator
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,44 +20,36 @@ from llama_index.core.bridge.pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
-    field_serializer,
     field_validator,
     model_validator,
 )
 from llama_index.core.data_structs.data_structs import IndexDict
-from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
-from scar_core.cache import EmbeddingCache
+from scar_core.chunks import Chunk
+from scar_core.driver import QueryDriver, VectorMemory, linked
 from scar_core.errors import (
     InvalidSettingsError,
     MissingQueryError,
     NeighborFetchError,
     settings_error_in,
-    unfilterable_store_error,
+    warn_once,
 )
-from scar_core.query import Fallback, Found, Placed, ScarQuery, linked, warn_once
 from scar_core.settings import ScarSettings, take_settings
-from scar_llamaindex.reads import StoreReader, links_of, reader_for
+from scar_llamaindex import _compat
+from scar_llamaindex.reads import StoreReader, checked_reader, links_of
 
 __all__ = ["SCARNodePostprocessor"]
 
-#: How ``VectorIndexRetriever`` searches: a subclass that overrides one may search otherwise.
-_SEARCH_METHODS = (
-    "_retrieve", "_aretrieve", "_build_vector_store_query", "_get_nodes_with_embeddings",
-    "_aget_nodes_with_embeddings",
-)  # fmt: skip
 #: What users bring from retrievers and LangChain, and what SCAR takes instead.
 _HINTS = {
     "k": "SCARNodePostprocessor's count is top_n=... (LlamaIndex's name)",
     "similarity_top_k": "that is the retriever's; SCARNodePostprocessor's count is top_n=...",
     "top_k": "SCARNodePostprocessor's count is top_n=...",
 }
-#: Query embeddings kept per postprocessor, for repeated ``query_str=`` calls.
-_QUERY_VECTORS = 64
 
 
 class SCARNodePostprocessor(BaseNodePostprocessor):
@@ -81,34 +72,29 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     boundary_penalty, score and threshold), ``scar_expanded`` and ``scar_embedded``. A hit keeps
     its score; a neighbour's score is its cosine to the query.
 
-    Filters: SCAR never returns a node the search itself could not return. A postprocessor never
-    sees the retriever, so it must be told how the search is restricted: ``from_retriever
-    (retriever)`` takes the retriever's ``filters``, ``node_ids``, ``doc_ids`` and
-    ``vector_store_kwargs``; ``from_index(index, filters=...)`` and the constructor take
-    ``filters`` as given, and require them (``filters=None`` says the search is unfiltered).
-    Every neighbour is read with them, as the store's own search applies them (SimpleVectorStore,
-    Chroma, Qdrant, PGVector; see :mod:`scar_llamaindex.reads`), and a neighbour the index does not
-    hold (another index's node in a shared vector store, or one deleted with
-    ``index.delete_nodes``) is not read either: either way the passage ends before it. Where SCAR
-    cannot apply a restriction (filters on FAISS or another store, a filter form the store's
-    conversion refuses, a ``vector_store_kwargs`` name outside the store's allow-list, a store
-    option such as PGVector's ``customize_query_fn``), it refuses to be built, unless
-    ``neighbor_filter`` or ``allow_unfiltered_neighbors=True`` says what to do instead.
+    Filters: SCAR never returns a node the search itself could not return, so it must be told
+    how the search is restricted: ``from_retriever(retriever)`` takes the retriever's own
+    restrictions; ``from_index(index, filters=...)`` and the constructor require ``filters``
+    (``None``: the search is unfiltered). Neighbours are read with them, and only if the index
+    holds them (:mod:`scar_llamaindex.reads` says how, per store); a restriction SCAR cannot
+    apply makes it refuse to be built, unless ``neighbor_filter`` or
+    ``allow_unfiltered_neighbors=True`` says what to do instead.
+
+    The query is embedded once: a ``QueryBundle``'s embedding is used as is, and so is a vector
+    the embed model has computed for the query since SCAR was built (the retriever's, when
+    ``aretrieve`` keeps it to itself).
 
     Args:
         docstore: Where nodes are read when the vector store keeps no text (the index's docstore).
-        vector_store: The index's vector store, which gives the stored embeddings, and the nodes
-            if it keeps text.
+        vector_store: The index's vector store: stored embeddings, and nodes if it keeps text.
         index_struct: The index's map of vector store ids to node ids (``index.index_struct``).
-        embed_model: Embeds the query when the ``QueryBundle`` has no embedding, and nodes whose
-            embedding no store gives. Default: ``Settings.embed_model``, looked up only if needed.
+        embed_model: Embeds the query without an embedding, and nodes no store gives a vector
+            for. Default: ``Settings.embed_model``, looked up only if needed.
         top_n: Nodes returned (budget) or seeds (paper); default: as many as received.
-        filters: The retriever's ``MetadataFilters``, applied to every neighbour read; required
-            (``None``: the search is unfiltered).
-        vector_store_kwargs: The retriever's ``vector_store_kwargs``: applied to the reads where
-            the store takes them (Qdrant's ``shard_identifier``), accepted where they only rank
-            the search, refused otherwise. Required for a Qdrant store with custom sharding.
-        embedding_cache: Cache of the embeddings computed for nodes without stored vectors.
+        filters: The retriever's ``MetadataFilters``; required (``None``: unfiltered).
+        vector_store_kwargs: The retriever's ``vector_store_kwargs``: applied to the reads, or
+            known only to rank the search, or refused (see :mod:`scar_llamaindex.reads`).
+            Required for a Qdrant store with custom sharding.
         **settings: The rest of :class:`scar_core.ScarSettings` (``mode``, ``lambda_``, ``keep``,
             ``continuity_bonus``, ``gamma``, ``window``, ``direction``, ``neighbor_filter``,
             ``allow_unfiltered_neighbors``); kept in ``settings``. An unknown name is refused.
@@ -175,17 +161,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         default_factory=ScarSettings,
         description="SCAR's settings (scar_core.ScarSettings), given as keyword arguments.",
     )
-    embedding_cache: EmbeddingCache | None = Field(
-        default=None,
-        exclude=True,
-        description="Where embeddings of nodes without stored vectors are kept (default on disk).",
-    )
 
     _reader: StoreReader | None = PrivateAttr(default=None)
-    _fallback: Fallback | None = PrivateAttr(default=None)
-    _query_vectors: OrderedDict[tuple[Any, ...], list[float]] = PrivateAttr(
-        default_factory=OrderedDict
-    )
+    #: Texts embedded for nodes without a stored vector, per store and embed model (in memory).
+    _fallback: tuple[Any, Any, VectorMemory] | None = PrivateAttr(default=None)
     #: The retriever's node_ids and doc_ids (set by from_retriever): no neighbour outside them.
     _node_ids: frozenset[str] | None = PrivateAttr(default=None)
     _doc_ids: frozenset[str] | None = PrivateAttr(default=None)
@@ -226,7 +205,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             "docstore": index.docstore,
             "vector_store": index.vector_store,
             "index_struct": index.index_struct,
-            "embed_model": index._embed_model,  # no public accessor in llama-index-core 0.14
+            "embed_model": _compat.index_embed_model(index),
         }
         return cls(**(stores | kwargs))
 
@@ -238,9 +217,8 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         (an allow-list per store, see :mod:`scar_llamaindex.reads`), and kept only within its
         ``node_ids`` (``index.as_retriever`` passes the index's nodes) and ``doc_ids``, if set.
         Its query mode, ``alpha``, ``sparse_top_k`` and ``hybrid_top_k`` rank the search and do
-        not narrow it. ``VectorIndexRetriever`` has no public accessor for these in
-        llama-index-core 0.14, so they are read from its ``_index``, ``_embed_model``,
-        ``_filters``, ``_kwargs``, ``_node_ids`` and ``_doc_ids``.
+        not narrow it. ``VectorIndexRetriever`` has no public accessor for these, so
+        :func:`scar_llamaindex._compat.retriever_search` reads its private attributes.
 
         Args:
             retriever: The ``VectorIndexRetriever`` whose nodes the postprocessor receives
@@ -254,12 +232,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 restrictions cannot be applied (see the class) and neither ``neighbor_filter``
                 nor ``allow_unfiltered_neighbors`` is given.
         """
-        if not isinstance(retriever, VectorIndexRetriever):
-            raise TypeError(
-                f"from_retriever takes a VectorIndexRetriever (index.as_retriever(...)), not "
-                f"{type(retriever).__name__}; for another retriever, use "
-                "SCARNodePostprocessor.from_index(index, filters=<the filters it searches with>)."
-            )
+        search = _compat.retriever_search(retriever)
         for name in ("filters", "vector_store_kwargs"):
             if name in kwargs:
                 raise InvalidSettingsError(
@@ -267,28 +240,13 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                     f"passed too; give them to the retriever (index.as_retriever({name}=...)) or "
                     f"use SCARNodePostprocessor.from_index(index, {name}=...)."
                 )
-        changed = [  # the class that defines each (a method read off a class is a new object)
-            name
-            for name in _SEARCH_METHODS
-            if next(c for c in type(retriever).__mro__ if name in vars(c))
-            is not VectorIndexRetriever
-        ]
-        if changed:
-            raise InvalidSettingsError(
-                f"from_retriever reads the restrictions VectorIndexRetriever searches with, but "
-                f"{type(retriever).__name__} overrides {changed}, so its search may be restricted "
-                "in ways SCAR cannot see; use SCARNodePostprocessor.from_index(index, "
-                "filters=<the filters it searches with>), with neighbor_filter=... for any other "
-                "restriction."
-            )
         built = {
-            "embed_model": retriever._embed_model,
-            "filters": retriever._filters,
-            "vector_store_kwargs": dict(retriever._kwargs),
+            "embed_model": search.embed_model,
+            "filters": search.filters,
+            "vector_store_kwargs": search.vector_store_kwargs,
         }
-        scar = cls.from_index(retriever._index, **(built | kwargs))
-        scar._node_ids = frozenset(retriever._node_ids) if retriever._node_ids else None
-        scar._doc_ids = frozenset(retriever._doc_ids) if retriever._doc_ids else None
+        scar = cls.from_index(search.vector_index, **(built | kwargs))
+        scar._node_ids, scar._doc_ids = search.node_ids, search.doc_ids  # read by _reader_now
         return scar
 
     @model_validator(mode="before")
@@ -347,43 +305,27 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 "the constructor takes filters=... alike), or build it with "
                 "SCARNodePostprocessor.from_retriever(retriever), which takes the retriever's own."
             )
-        reader = self._reader_now()
-        if reader.store is None:
-            held = "no vector store" if self.vector_store is None else "a vector store that "
-            held += "" if self.vector_store is None else "keeps no text (stores_text=False)"
-            raise InvalidSettingsError(
-                f"SCARNodePostprocessor has no docstore and {held}, so it cannot read neighbour "
-                "nodes; pass docstore=index.docstore and vector_store=index.vector_store, or "
-                "build it with SCARNodePostprocessor.from_index(index, filters=...)."
-            )
-        needed = reader.kwargs_needed()
-        given = self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors
-        if needed and "vector_store_kwargs" not in self.model_fields_set and not given:
-            raise unfilterable_store_error(
-                reader.name,
-                f"{needed}; state the search's vector_store_kwargs (vector_store_kwargs={{}} for "
-                "a search of every shard), or build it with from_retriever(retriever)",
-            )
+        self._reader_now()
+        if self.embed_model is not None:  # its query vectors, for one embedding per query
+            _compat.watch(self.embed_model)
         return self
 
-    @field_serializer("settings")
-    def _settings_as_dict(self, settings: ScarSettings) -> dict[str, Any]:
-        """The settings as data; a ``neighbor_filter`` function is not data and is left out."""
-        return {n: getattr(settings, n) for n in settings.names() if n != "neighbor_filter"}
-
     def _reader_now(self) -> StoreReader:
-        """The reader of the current stores and filters, refused if it cannot filter."""
+        """The reader of the current stores and restrictions (:func:`~.reads.checked_reader`)."""
         stores = (
             self.docstore, self.vector_store, self.index_struct, self.filters,
-            self.vector_store_kwargs,
+            self.vector_store_kwargs, self._node_ids, self._doc_ids,
         )  # fmt: skip
         if self._reader is None or any(map(operator.is_not, self._reader.stores, stores)):
-            reader = reader_for(*stores)  # built again if a store or the filters were replaced
-            why = reader.unfilterable()
-            given = self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors
-            if why is not None and not given:
-                raise unfilterable_store_error(reader.name, why)
-            self._reader = reader
+            self._reader = checked_reader(  # built again if a store or a restriction changed
+                *stores[:5],
+                node_ids=self._node_ids,
+                doc_ids=self._doc_ids,
+                kwargs_stated="vector_store_kwargs" in self.model_fields_set,
+                unfiltered_ok=bool(
+                    self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors
+                ),
+            )
         return self._reader
 
     # The sync and async shells: read what the query asks for, render.
@@ -407,7 +349,9 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             except Exception as error:
                 raise self._fetch_error(ids, error) from error
             scar.receive(self._within_retriever(read, reader))
-        return self._render(nodes, scar.placed())
+            if texts := scar.lacking():
+                scar.embedded(self._embedding(reader).get_text_embedding_batch(texts))
+        return self._render(nodes, scar.returned())
 
     async def _apostprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
@@ -428,9 +372,11 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 read = await reader.anodes(ids)
             except Exception as error:
                 raise self._fetch_error(ids, error) from error
-            await scar.areceive(self._within_retriever(read, reader))
+            scar.receive(self._within_retriever(read, reader))
+            if texts := scar.lacking():
+                scar.embedded(await self._embedding(reader).aget_text_embedding_batch(texts))
         self._warn_async(reader)
-        return self._render(nodes, scar.placed())
+        return self._render(nodes, scar.returned())
 
     # The steps both shells share.
 
@@ -438,16 +384,17 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         return self.embed_model if self.embed_model is not None else Settings.embed_model
 
     def _remembered(self, bundle: QueryBundle) -> list[float] | None:
-        return self._query_vectors.get((id(self._embedder()), *bundle.embedding_strs))
+        """The query's vector, if the embed model has computed it (for the retriever, say)."""
+        return _compat.query_vector(self._embedder(), bundle.embedding_strs)
 
     def _remember(self, bundle: QueryBundle, vector: list[float]) -> None:
-        self._query_vectors[(id(self._embedder()), *bundle.embedding_strs)] = vector
-        while len(self._query_vectors) > _QUERY_VECTORS:
-            self._query_vectors.popitem(last=False)
+        """Keep the vector, should the embed model's computations go unseen."""
+        if len(bundle.embedding_strs) == 1:
+            _compat.keep_query_vector(self._embedder(), bundle.embedding_strs[0], vector)
 
     def _query(
-        self, nodes: list[NodeWithScore], hits: list[Found], vector: list[float] | None
-    ) -> ScarQuery:
+        self, nodes: list[NodeWithScore], hits: list[Chunk], vector: list[float] | None
+    ) -> QueryDriver:
         reader = self._reader_now()
         if nodes and vector is None:
             warn_once(
@@ -460,94 +407,64 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 stacklevel=6,
             )
         k = self.top_n or len(nodes)
-        return ScarQuery(vector, hits, self.settings, k, self._fallback_for(reader), reader.store)
+        memory = self._fallback_for(reader)
+        return QueryDriver.for_adapter(vector, hits, self.settings, k, memory, reader.store)
 
-    def _fallback_for(self, reader: StoreReader) -> Fallback:
-        """The fallback embedding, made once per store: its cache reads its files once.
+    def _fallback_for(self, reader: StoreReader) -> VectorMemory:
+        """The texts embedded for nodes no store gave a vector for: per store and embed model.
 
-        The embed model is looked up only when a node has to be embedded.
+        In memory only, never on disk; the embed model is looked up only when a node has to be
+        embedded (:meth:`_embedding`).
         """
-        if self._fallback is None or self._fallback.owner is not reader.store:
-            self._fallback = Fallback(
-                lambda: _model_key(self._embedder()),
-                lambda texts: self._embedder().get_text_embedding_batch(texts),
-                self.embedding_cache,
-                lambda: self._fallback_warning(reader),
-                reader.store,
-            )
-        return self._fallback
+        store, model = reader.store, self.embed_model
+        known = self._fallback
+        if known is None or known[0] is not store or known[1] is not model:
+            self._fallback = known = (store, model, VectorMemory())
+        return known[2]
+
+    def _embedding(self, reader: StoreReader) -> BaseEmbedding:
+        """The embed model, to embed nodes ``reader``'s store gave no vector for (warned once)."""
+        owner = reader.store if reader.store is not None else self
+        warn_once("embedded", owner, self._fallback_warning(reader), stacklevel=4)
+        return self._embedder()
+
+    # What reading the stores needs of the postprocessor; the rest is in the reader.
 
     def _fallback_warning(self, reader: StoreReader) -> str:
-        if self.vector_store is None:
-            fix = "pass vector_store=index.vector_store, or build it with from_index(index, filters=...)"
-        elif self.index_struct is None:
-            fix = "build it with from_index(index, filters=...), which also passes the index's index_struct"
-        else:
-            fix = (
-                "use a store SCAR reads vectors from (Simple, FAISS, Chroma, Qdrant, PGVector, "
-                "or one whose get_nodes returns embeddings)"
-            )
-        return (
-            f"{reader.name} gave no stored embeddings for some nodes, so SCAR embedded their text "
-            f"with {self._embedder().model_name!r} (each text once, then cached; counted in "
-            f"metadata['scar_embedded']). To read stored vectors instead, {fix}."
-        )
+        return reader.no_vectors_warning(self._embedder().model_name)
 
-    def _within_retriever(self, nodes: list[BaseNode], reader: StoreReader) -> list[Found]:
-        """The nodes read, less those outside the retriever's node_ids and doc_ids."""
+    def _within_retriever(self, nodes: list[BaseNode], reader: StoreReader) -> list[Chunk]:
+        """The nodes read (the reader keeps them within the search), with their stored vectors."""
         vectors = reader.vectors(nodes)
-        return [
-            _found(n, vectors.get(n.node_id))
-            for n in nodes
-            if (self._node_ids is None or n.node_id in self._node_ids)
-            and (self._doc_ids is None or n.ref_doc_id in self._doc_ids)
-        ]
+        return [_found(n, vectors.get(n.node_id)) for n in nodes]
 
     def _fetch_error(self, ids: list[str], error: Exception) -> NeighborFetchError:
-        reader = self._reader_now()
-        return NeighborFetchError(
-            f"{reader.name} failed while SCAR read {len(ids)} node(s) by id "
-            f"({type(error).__name__}: {error}); check that the store is reachable and holds "
-            "the index's nodes."
-        )
+        return self._reader_now().fetch_error(ids, error)
 
     def _warn_async(self, reader: StoreReader) -> None:
-        if reader.async_error is not None:
-            error = reader.async_error
-            warn_once(
-                "async",
-                reader.store,
-                f"{type(reader.store).__name__}.aget_nodes failed ({type(error).__name__}: "
-                f"{error}), so SCAR read it with get_nodes in a worker thread. Give the store a "
-                "working async client to use its async path.",
-                stacklevel=4,
-            )
+        reader.warn_async(stacklevel=3)
 
-    def _render(self, nodes: list[NodeWithScore], placed: list[Placed]) -> list[NodeWithScore]:
+    def _render(
+        self, nodes: list[NodeWithScore], returned: list[tuple[Chunk, dict[str, Any]]]
+    ) -> list[NodeWithScore]:
         given = {n.node.node_id: n.score for n in reversed(nodes)}  # the first of equal ids wins
         out = []
-        for p in placed:
-            if p.chunk_id in given:  # a hit keeps its score, even None
-                score = given[p.chunk_id]
+        for chunk, trace in returned:
+            if chunk.id in given:  # a hit keeps its score, even None
+                score = given[chunk.id]
             else:  # a neighbour's is its cosine to the query
-                decision = p.selected.decision if p.selected is not None else None
-                score = decision.relevance if decision is not None else None
-            out.append(NodeWithScore(node=_annotated(p.found.item, p.trace), score=score))
+                score = trace.get("scar_decision", {}).get("relevance")
+            out.append(NodeWithScore(node=_annotated(chunk.item, trace), score=score))
         return out
 
 
-def _found(node: BaseNode, vector: Any = None) -> Found:
-    """The core's view of a node: id, vector, links and what tells it apart."""
+def _found(node: BaseNode, vector: Any = None) -> Chunk:
+    """The core's record of a node: id, vector, links, text and metadata."""
     previous_id, next_id = links_of(node)
-    return Found(
-        node.node_id, node, node.embedding if vector is None else vector, previous_id, next_id,
-        node.source_node is not None, node.metadata, node.get_content(MetadataMode.EMBED),
+    return Chunk(
+        node.node_id, node.embedding if vector is None else vector, previous_id, next_id,
+        node.source_node is not None, node.get_content(MetadataMode.EMBED), node.metadata, node,
     )  # fmt: skip
-
-
-def _model_key(model: BaseEmbedding) -> str:
-    """The cache key: the class keeps apart models that share a name (the default: "unknown")."""
-    return f"{type(model).__module__}.{type(model).__qualname__}/{model.model_name}"
 
 
 #: How the errors about the query say what to pass.

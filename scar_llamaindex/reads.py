@@ -1,9 +1,9 @@
 """Read neighbour nodes and their stored vectors from LlamaIndex stores, sync or async.
 
-A :class:`StoreReader`, chosen by the vector store's type (a subclass counts; no store package is
-imported here but Chroma's filter converter, when a Chroma store is read), reads nodes by id in one
-batched call, keeps only those the index holds and the search's restrictions admit, and finds
-their stored vectors.
+:func:`reader_for` is the one dispatch: it picks a :class:`StoreReader` by the vector store's
+type (a subclass counts; no store package is imported here). The reader reads nodes by id in one
+batched call, keeps those the index holds and the search's restrictions admit, and finds their
+stored vectors; each reader's docstring says how, for its store.
 
 What the index holds: where the vector store keeps no text (Simple, FAISS), the nodes its
 ``index_struct`` maps, as its retriever searches only those; two indexes sharing one
@@ -11,39 +11,19 @@ What the index holds: where the vector store keeps no text (Simple, FAISS), the 
 text (Chroma, Qdrant, PGVector), the index keeps no map and its search covers the whole
 collection or table, so that is what it holds.
 
-The search's restrictions: its ``MetadataFilters``, and its ``vector_store_kwargs``, taken from an
-allow-list per store: a name the reader applies to its reads, or one that only ranks or tunes the
-search and cannot narrow it. Any other name, and a store option that narrows its searches, make
-:meth:`StoreReader.unfilterable` say why SCAR refuses:
-
-- ``SimpleVectorStore``: nodes from the docstore, kept if the index maps them, the vector store
-  still holds them and their metadata passes the filters as ``SimpleVectorStore.query`` evaluates
-  them (``build_metadata_filter_fn``); vectors by ``vector_store.get(id)``. Takes
-  ``mmr_threshold``.
-- ``FaissVectorStore``: nodes from the docstore, kept if the index's ``index_struct`` maps them;
-  vectors by the FAISS index's ``reconstruct_batch`` at those rows. It cannot filter.
-- ``ChromaVectorStore``: both by its collection's ``get(ids, where=<the filters in Chroma's
-  form>, include=["embeddings", ...])`` (its ``get_nodes`` gives no vectors); async, in a thread.
-  Takes ``mmr_threshold``, ``mmr_prefetch_factor`` and ``mmr_prefetch_k``.
-- ``QdrantVectorStore``: ``get_nodes(node_ids=..., filters=..., shard_identifier=...)``, or its
-  own ``aget_nodes`` (a worker thread once that fails: a sync client only). Takes
-  ``shard_identifier`` (applied) and ``search_params``. A store sharded by custom shard keys
-  needs the search's ``vector_store_kwargs`` stated.
-- ``PGVectorStore``: ``get_nodes(node_ids=..., filters=...)`` or ``aget_nodes``. Takes
-  ``ivfflat_probes``, ``hnsw_ef_search`` and the ``mmr_*`` names; a store built with
-  ``customize_query_fn`` is refused (its reads by id do not pass through it).
-- Any other store: ``get_nodes`` (nodes that carry their embeddings), or the docstore (nodes kept
-  if the ``index_struct`` maps them); it cannot filter, and takes no ``vector_store_kwargs``.
-  Texts of nodes without a stored vector are embedded, once, through the cache.
-
-What no store gives a vector for, :class:`scar_core.query.ScarQuery` embeds (once, cached).
+The search's restrictions: its ``MetadataFilters``; its ``node_ids`` and ``doc_ids``; and its
+``vector_store_kwargs``, taken from an allow-list per store, of names the reader applies to its
+reads (:attr:`StoreReader.applied_kwargs`) and of names that only rank or tune the search and
+cannot narrow it (:attr:`StoreReader.ranking_kwargs`). Any other name, and a store option that
+narrows its searches, make :meth:`StoreReader.unfilterable` say why SCAR refuses. What no store
+gives a vector for, the postprocessor embeds from the node's text.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,7 +37,15 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import build_metadata_filter_fn, metadata_dict_to_node
 
-__all__ = ["StoreReader", "links_of", "reader_for"]
+from scar_core.errors import (
+    InvalidSettingsError,
+    NeighborFetchError,
+    unfilterable_store_error,
+    warn_once,
+)
+from scar_llamaindex import _compat
+
+__all__ = ["StoreReader", "checked_reader", "links_of", "reader_for"]
 
 #: Stores whose reads SCAR filters, as the error for the others says.
 FILTERED_STORES = "SimpleVectorStore, ChromaVectorStore, QdrantVectorStore and PGVectorStore"
@@ -73,8 +61,10 @@ def links_of(node: BaseNode) -> tuple[str | None, str | None]:
 class StoreReader:
     """The default reader: nodes by id through ``get_nodes``, with the vectors they carry.
 
-    It cannot apply ``MetadataFilters`` (:meth:`unfilterable` says why); the readers of the
-    stores it can filter derive from it.
+    Any other store: ``get_nodes`` where the vector store keeps text, else the docstore (nodes
+    kept if the ``index_struct`` maps them). It cannot apply ``MetadataFilters`` and takes no
+    ``vector_store_kwargs`` (:meth:`unfilterable` says why); the readers of the stores it can
+    filter derive from it.
 
     Args:
         docstore: The docstore, when nodes live there.
@@ -83,6 +73,10 @@ class StoreReader:
             docstore that it does not map is no longer in the index, and is left out.
         filters: The search's filters; empty ones count as none.
         search_kwargs: The search's ``vector_store_kwargs``.
+        node_ids: The retriever's ``node_ids``: no node outside them is read.
+        doc_ids: The retriever's ``doc_ids``: no node of another document is read.
+        kwargs_stated: Whether the search's ``vector_store_kwargs`` were stated (else the store
+            may need them, see :meth:`unfilterable`).
     """
 
     #: Whether the reader applies ``filters`` to what it reads.
@@ -99,17 +93,25 @@ class StoreReader:
         index_struct: IndexDict | None = None,
         filters: MetadataFilters | None = None,
         search_kwargs: Mapping[str, Any] | None = None,
+        *,
+        node_ids: Collection[str] | None = None,
+        doc_ids: Collection[str] | None = None,
+        kwargs_stated: bool = True,
     ) -> None:
-        self.stores = (docstore, vector_store, index_struct, filters, search_kwargs)
+        #: What the reader was made of: it reads these, and no others.
+        self.stores = (
+            docstore, vector_store, index_struct, filters, search_kwargs, node_ids, doc_ids,
+        )  # fmt: skip
         self.vector_store: Any = vector_store
         self.index_struct = index_struct
         self.filters = filters if filters is not None and filters.filters else None
         self.search_kwargs: Mapping[str, Any] = search_kwargs or {}
+        self.node_ids, self.doc_ids, self.kwargs_stated = node_ids, doc_ids, kwargs_stated
         # Nodes are read from a vector store that keeps text, else from the docstore.
         self.store: Any = vector_store if getattr(vector_store, "stores_text", False) else docstore
         #: The error of the store's ``aget_nodes``, after which the sync read stands in for it.
         self.async_error: Exception | None = None
-        self._mapped: tuple[int, int, dict[str, str]] = (0, -1, {})  # see index_ids
+        self._mapped: tuple[int, int, dict[str, str]] = (0, -1, {})  # see index_id
 
     @property
     def name(self) -> str:
@@ -119,8 +121,8 @@ class StoreReader:
     def unfilterable(self) -> str | None:
         """Why the search's restrictions cannot be applied to the reads; ``None`` if they can be.
 
-        Checked in turn: the ``vector_store_kwargs`` against the reader's allow-list, the store's
-        own options, the filters.
+        Checked in turn: the ``vector_store_kwargs`` against the reader's allow-list, then the
+        store's own options and the filters (:meth:`_refused`).
         """
         known = self.applied_kwargs | self.ranking_kwargs
         refused = sorted(set(self.search_kwargs) - known)
@@ -131,21 +133,10 @@ class StoreReader:
                 f"{sorted(known) or 'none'} from {self.name}; pass a filter as MetadataFilters "
                 "instead)"
             )
-        return self._narrowing_option() or self._filters_refused()
+        return self._refused()
 
-    def kwargs_needed(self) -> str | None:
-        """Why the store's searches may carry ``vector_store_kwargs`` that narrow them, if so.
-
-        A postprocessor built without the retriever must then be told them.
-        """
-        return None
-
-    def _narrowing_option(self) -> str | None:
-        """The store's own option that narrows its searches but not SCAR's reads, if any."""
-        return None
-
-    def _filters_refused(self) -> str | None:
-        """Why the filters cannot be applied to this reader's reads; ``None`` if they can be."""
+    def _refused(self) -> str | None:
+        """Why the store's options or the filters keep SCAR from filtering its reads, if so."""
         if self.filters is None or self.filterable:
             return None
         if self.vector_store is None:
@@ -156,32 +147,44 @@ class StoreReader:
         return f"SCAR applies MetadataFilters to reads from {FILTERED_STORES} only"
 
     def nodes(self, ids: list[str]) -> list[BaseNode]:
-        """Return the nodes of ``ids`` that the index holds and the filters admit, in one read."""
-        if isinstance(self.store, BaseDocumentStore):
-            return self._held(self.store.get_nodes(ids, raise_error=False))
-        return list(self.store.get_nodes(node_ids=ids, **self._filter_kwargs()))
+        """Return the nodes of ``ids`` that the index holds and the search admits, in one read."""
+        return self._bounded(self._read(ids))
 
     async def anodes(self, ids: list[str]) -> list[BaseNode]:
         """Async :meth:`nodes`: the store's own ``aget_nodes``, else the sync read in a thread.
 
         When ``aget_nodes`` fails (Qdrant with only a sync client, say), the sync read runs in a
-        worker thread and :attr:`async_error` keeps why; each call tries the async read first
-        again, so one transient error changes nothing for later queries. If the sync read fails
-        too, its error is raised from the async one.
+        worker thread and :attr:`async_error` keeps why (:meth:`warn_async` warns once); each
+        call tries the async read first again, so one transient error changes nothing for later
+        queries. If the sync read fails too, its error is raised from the async one.
         """
         store = self.store
         if isinstance(store, BaseDocumentStore):
-            return self._held(await store.aget_nodes(ids, raise_error=False))
+            return self._bounded(self._held(await store.aget_nodes(ids, raise_error=False)))
         if type(store).aget_nodes is BasePydanticVectorStore.aget_nodes:  # the base blocks
             return await asyncio.to_thread(self.nodes, ids)
         try:
-            return list(await store.aget_nodes(node_ids=ids, **self._filter_kwargs()))
+            return self._bounded(await store.aget_nodes(node_ids=ids, **self._filter_kwargs()))
         except Exception as error:
             self.async_error = error
             try:
                 return await asyncio.to_thread(self.nodes, ids)
             except Exception as sync_error:
                 raise sync_error from error
+
+    def _read(self, ids: list[str]) -> list[BaseNode]:
+        if isinstance(self.store, BaseDocumentStore):
+            return self._held(self.store.get_nodes(ids, raise_error=False))
+        return list(self.store.get_nodes(node_ids=ids, **self._filter_kwargs()))
+
+    def _bounded(self, nodes: Sequence[BaseNode]) -> list[BaseNode]:
+        """The nodes within the retriever's ``node_ids`` and ``doc_ids``."""
+        return [
+            n
+            for n in nodes
+            if (self.node_ids is None or n.node_id in self.node_ids)
+            and (self.doc_ids is None or n.ref_doc_id in self.doc_ids)
+        ]
 
     def vectors(self, nodes: Sequence[BaseNode]) -> dict[str, Any]:
         """Return ``{node id: stored vector}`` for those of ``nodes`` whose vector is known."""
@@ -213,24 +216,65 @@ class StoreReader:
         nested = MetadataFilters(filters=[self.filters], condition=FilterCondition.AND)
         return {"filters": nested, **applied}
 
+    def fetch_error(self, ids: list[str], error: Exception) -> NeighborFetchError:
+        """SCAR's error for a read of ``ids`` that failed with ``error``."""
+        return NeighborFetchError(
+            f"{self.name} failed while SCAR read {len(ids)} node(s) by id "
+            f"({type(error).__name__}: {error}); check that the store is reachable and holds "
+            "the index's nodes."
+        )
+
+    def warn_async(self, stacklevel: int = 1) -> None:
+        """Warn, once per store, that its ``aget_nodes`` failed and a worker thread read it.
+
+        Args:
+            stacklevel: As the caller would pass it to ``warnings.warn``.
+        """
+        if (error := self.async_error) is not None:
+            warn_once(
+                "async",
+                self.store,
+                f"{type(self.store).__name__}.aget_nodes failed ({type(error).__name__}: "
+                f"{error}), so SCAR read it with get_nodes in a worker thread. Give the store a "
+                "working async client to use its async path.",
+                stacklevel=stacklevel + 2,
+            )
+
+    def no_vectors_warning(self, model_name: str) -> str:
+        """The warning for nodes the store gave no vector for, with the way to stored ones."""
+        if self.vector_store is None:
+            fix = "pass vector_store=index.vector_store, or build it with from_index(index, filters=...)"
+        elif self.index_struct is None:
+            fix = "build it with from_index(index, filters=...), which also passes the index's index_struct"
+        else:
+            fix = (
+                "use a store SCAR reads vectors from (Simple, FAISS, Chroma, Qdrant, PGVector, "
+                "or one whose get_nodes returns embeddings)"
+            )
+        return (
+            f"{self.name} gave no stored embeddings for some nodes, so SCAR embedded their text "
+            f"with {model_name!r} (each text once, then cached; counted in "
+            f"metadata['scar_embedded']). To read stored vectors instead, {fix}."
+        )
+
 
 class _SimpleReader(StoreReader):
-    """Nodes from the docstore, kept as ``SimpleVectorStore.query`` would find them.
+    """``SimpleVectorStore``: nodes from the docstore, kept as its ``query`` would find them.
 
     A node is kept if the index maps it (another index may share the vector store), the vector
     store still holds it and its stored metadata passes the filters (``build_metadata_filter_fn``,
-    as the query uses); vectors by ``vector_store.get``, in process.
+    as the query uses); vectors by ``vector_store.get``, in process. Takes ``mmr_threshold``.
     """
 
     filterable = True
     ranking_kwargs = frozenset({"mmr_threshold"})
 
-    def __init__(self, *stores: Any) -> None:
-        super().__init__(*stores)
+    def __init__(self, *stores: Any, **bounds: Any) -> None:
+        super().__init__(*stores, **bounds)
         metadata = lambda node_id: self.vector_store.data.metadata_dict[node_id]  # noqa: E731
         self._admits = build_metadata_filter_fn(metadata, self.filters)
 
-    def _filters_refused(self) -> str | None:
+    def _refused(self) -> str | None:
         nested = any(isinstance(f, MetadataFilters) for f in getattr(self.filters, "filters", []))
         return "its filter evaluation does not take nested MetadataFilters" if nested else None
 
@@ -251,12 +295,13 @@ class _SimpleReader(StoreReader):
 
 
 class _FaissReader(StoreReader):
-    """Nodes from the docstore; vectors by ``reconstruct_batch`` at the index's rows, in process.
+    """``FaissVectorStore``: nodes from the docstore, kept if the index's ``index_struct`` maps them.
 
-    ``FaissVectorStore`` cannot filter its own search, so SCAR cannot filter its reads either.
+    Vectors by the FAISS index's ``reconstruct_batch`` at those rows, in process. It cannot
+    filter its own search, so SCAR cannot filter its reads either.
     """
 
-    def _filters_refused(self) -> str | None:
+    def _refused(self) -> str | None:
         return None if self.filters is None else "FaissVectorStore cannot filter by metadata"
 
     def vectors(self, nodes: Sequence[BaseNode]) -> dict[str, Any]:
@@ -271,15 +316,17 @@ class _FaissReader(StoreReader):
 
 
 class _ChromaReader(StoreReader):
-    """Nodes and vectors in one ``get`` of the collection (``get_nodes`` leaves vectors out).
+    """``ChromaVectorStore``: nodes and vectors in one ``get`` of its collection.
 
-    The filters go in as the ``where`` clause ``ChromaVectorStore.query`` makes of them.
+    ``get(ids, where=<the filters as its query makes them>, include=["embeddings", ...])``, as
+    ``get_nodes`` leaves vectors out; async, in a worker thread (it has no ``aget_nodes``). Takes
+    ``mmr_threshold``, ``mmr_prefetch_factor`` and ``mmr_prefetch_k``.
     """
 
     filterable = True
     ranking_kwargs = frozenset({"mmr_threshold", "mmr_prefetch_factor", "mmr_prefetch_k"})
 
-    def _filters_refused(self) -> str | None:
+    def _refused(self) -> str | None:
         try:
             self._where()
         except ValueError as error:  # an operator or condition Chroma has no form for
@@ -287,46 +334,50 @@ class _ChromaReader(StoreReader):
         return None
 
     def _where(self) -> dict[str, Any]:
-        from llama_index.vector_stores.chroma.base import _to_chroma_filter  # no public name
+        return {} if self.filters is None else {"where": _compat.chroma_where(self.filters)}
 
-        return {} if self.filters is None else {"where": _to_chroma_filter(self.filters)}
-
-    def nodes(self, ids: list[str]) -> list[BaseNode]:
+    def _read(self, ids: list[str]) -> list[BaseNode]:
         include = ["embeddings", "documents", "metadatas"]
         got = self.vector_store.client.get(ids=ids, include=include, **self._where())
         texts = zip(got["documents"], got["metadatas"], strict=True)
         try:
             nodes = [metadata_dict_to_node(metadata, text=text) for text, metadata in texts]
         except ValueError:  # legacy metadata: get_nodes reads it (filtered alike), without vectors
-            return super().nodes(ids)
+            return super()._read(ids)
         for node, vector in zip(nodes, got["embeddings"], strict=True):
             node.embedding = [float(x) for x in vector]
-        return nodes  # async: in a worker thread, as ChromaVectorStore has no aget_nodes
+        return nodes
 
 
 class _QdrantReader(StoreReader):
-    """``get_nodes``/``aget_nodes`` with the filters and the search's shard, as its search uses."""
+    """``QdrantVectorStore``: ``get_nodes``/``aget_nodes`` with the filters and the search's shard.
+
+    Takes ``shard_identifier`` (applied to the reads) and ``search_params``. A store sharded by
+    custom shard keys needs the search's ``vector_store_kwargs`` stated: a search that names a
+    shard sees only that shard.
+    """
 
     filterable = True
     applied_kwargs = frozenset({"shard_identifier"})
     ranking_kwargs = frozenset({"search_params"})
 
-    def kwargs_needed(self) -> str | None:
-        # No public accessor for the sharding method in llama-index-vector-stores-qdrant; it is
-        # a str enum, so it equals its value ("custom": ShardingMethod.CUSTOM).
-        if getattr(self.vector_store, "_sharding_method", None) != "custom":
+    def _refused(self) -> str | None:
+        if self.kwargs_stated or not _compat.qdrant_custom_sharded(self.vector_store):
             return None
         return (
             f"{self.name} is sharded by custom shard keys, and a search that names one "
-            "(vector_store_kwargs={'shard_identifier': ...}) sees only that shard"
+            "(vector_store_kwargs={'shard_identifier': ...}) sees only that shard; state the "
+            "search's vector_store_kwargs (vector_store_kwargs={} for a search of every shard), "
+            "or build it with from_retriever(retriever)"
         )
 
 
 class _PGReader(StoreReader):
-    """``get_nodes``/``aget_nodes`` with the filters, which the store applies as its search does.
+    """``PGVectorStore``: ``get_nodes``/``aget_nodes`` with the filters, applied as its search does.
 
-    A store built with ``customize_query_fn`` is refused: the function rewrites the search's SQL
-    (a tenant clause, say), and the reads by id do not pass through it.
+    Takes ``ivfflat_probes``, ``hnsw_ef_search`` and the ``mmr_*`` names. A store built with
+    ``customize_query_fn`` is refused: the function rewrites the search's SQL (a tenant clause,
+    say), and the reads by id do not pass through it.
     """
 
     filterable = True
@@ -335,9 +386,8 @@ class _PGReader(StoreReader):
          "mmr_prefetch_k"}
     )  # fmt: skip
 
-    def _narrowing_option(self) -> str | None:
-        # No public accessor for the customiser in llama-index-vector-stores-postgres.
-        if getattr(self.vector_store, "_customize_query_fn", None) is None:
+    def _refused(self) -> str | None:
+        if not _compat.pg_customizes_queries(self.vector_store):
             return None
         return (
             "it is built with customize_query_fn, which rewrites its searches' SQL, and its reads "
@@ -360,9 +410,38 @@ def reader_for(
     index_struct: IndexDict | None = None,
     filters: MetadataFilters | None = None,
     search_kwargs: Mapping[str, Any] | None = None,
+    **bounds: Any,
 ) -> StoreReader:
-    """Return the reader for the vector store's type (the first LlamaIndex class it derives from)."""
+    """Return the reader for the vector store's type (the first LlamaIndex class it derives from).
+
+    ``bounds``: :class:`StoreReader`'s ``node_ids``, ``doc_ids`` and ``kwargs_stated``.
+    """
     mro = type(vector_store).__mro__
     kind = next((c.__name__ for c in mro if c.__module__.startswith("llama_index.")), "")
     reader = _READERS.get(kind, StoreReader)
-    return reader(docstore, vector_store, index_struct, filters, search_kwargs)
+    return reader(docstore, vector_store, index_struct, filters, search_kwargs, **bounds)
+
+
+def checked_reader(*stores: Any, unfiltered_ok: bool, **bounds: Any) -> StoreReader:
+    """Return :func:`reader_for` ``(*stores, **bounds)``, if it can read as the search does.
+
+    ``unfiltered_ok``: ``neighbor_filter`` or ``allow_unfiltered_neighbors`` stands in for the
+    restrictions the reader cannot apply.
+
+    Raises:
+        InvalidSettingsError: If the reader cannot apply the search's restrictions and
+            ``unfiltered_ok`` is false, or if there is no store to read nodes from.
+    """
+    reader = reader_for(*stores, **bounds)
+    why = reader.unfilterable()
+    if why is not None and not unfiltered_ok:
+        raise unfilterable_store_error(reader.name, why)
+    if reader.store is None:
+        held = "no vector store" if reader.vector_store is None else "a vector store that "
+        held += "" if reader.vector_store is None else "keeps no text (stores_text=False)"
+        raise InvalidSettingsError(
+            f"SCARNodePostprocessor has no docstore and {held}, so it cannot read neighbour "
+            "nodes; pass docstore=index.docstore and vector_store=index.vector_store, or "
+            "build it with SCARNodePostprocessor.from_index(index, filters=...)."
+        )
+    return reader

@@ -35,7 +35,6 @@ from llama_index.core.schema import (
 from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
 
 from li_support import QUERY, CountingDocstore, WordHashEmbedding, angle, documents, splitter
-from scar_core.cache import EmbeddingCache
 from scar_llamaindex import SCARNodePostprocessor
 from scar_llamaindex.reads import links_of, reader_for
 
@@ -391,7 +390,7 @@ def check_cold_and_warm(built: Built, cache: Path) -> None:
     """No node embedded by a new postprocessor (with an empty cache), nor on repeated queries."""
     texts = built.embed_model.texts_embedded
     for k, settings in SETTINGS[::2]:
-        cold = scar(built, embedding_cache=EmbeddingCache(cache / str(k)), **settings)
+        cold = scar(built, **settings)
         for query in [*QUERIES, *QUERIES]:  # then warm
             output = cold.postprocess_nodes(hits(built, query, k), QueryBundle(query))
             assert {n.node.metadata["scar_embedded"] for n in output} == {0}

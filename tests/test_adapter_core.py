@@ -4,6 +4,8 @@ old defects stay fixed (each test here failed before the core was shared)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import warnings
 from typing import Any
@@ -19,7 +21,6 @@ from llama_index.core.vector_stores import SimpleVectorStore
 
 from lc_stores import CountingEmbeddings, make_corpus
 from li_support import WordHashEmbedding
-from scar_core.cache import EmbeddingCache
 from scar_core.errors import InvalidSettingsError, MissingQueryError
 from scar_langchain import SCARRetriever, link_chunks
 from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
@@ -142,18 +143,16 @@ class ThreadRecordingEmbeddings(Embeddings):
         return self.inner.embed_query(text)
 
 
-def vectorless(tmp_path: Any) -> tuple[SCARRetriever, ThreadRecordingEmbeddings]:
+def vectorless() -> tuple[SCARRetriever, ThreadRecordingEmbeddings]:
     embeddings = ThreadRecordingEmbeddings()
     store = VectorlessStore(embeddings)
     store.add_documents(CORPUS.linked, ids=CORPUS.ids)
     embeddings.threads.clear()
-    return SCARRetriever(
-        vectorstore=store, embedding_cache=EmbeddingCache(tmp_path), k=5
-    ), embeddings
+    return SCARRetriever(vectorstore=store, k=5), embeddings
 
 
-def test_langchain_async_embeds_off_the_event_loop(tmp_path: Any) -> None:
-    retriever, embeddings = vectorless(tmp_path)
+def test_langchain_async_embeds_off_the_event_loop() -> None:
+    retriever, embeddings = vectorless()
 
     async def run() -> int:
         with warnings.catch_warnings():
@@ -166,27 +165,30 @@ def test_langchain_async_embeds_off_the_event_loop(tmp_path: Any) -> None:
     assert loop_thread not in embeddings.threads
 
 
-def test_langchain_keeps_one_cache_for_its_life(
+def test_langchain_embeds_each_text_once_in_memory_and_writes_nothing(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made: list[int] = []
-    original = EmbeddingCache.__init__
+    monkeypatch.setenv("SCAR_CACHE_DIR", str(tmp_path / "scar"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    retriever, _embeddings = vectorless()
+    query = next(iter(CORPUS.queries))
+    with pytest.warns(UserWarning, match="VectorlessStore gave SCAR no stored vectors"):
+        first = retriever.invoke(query)
+    second = retriever.invoke(query)
+    assert first[0].metadata["scar_embedded"] > 0
+    assert second[0].metadata["scar_embedded"] == 0  # every text was kept in memory
+    assert [d.id for d in first] == [d.id for d in second]
+    assert not list(tmp_path.rglob("*"))
 
-    def counting(self: EmbeddingCache, *args: Any, **kwargs: Any) -> None:
-        made.append(1)
-        original(self, *args, **kwargs)
 
-    monkeypatch.setattr(EmbeddingCache, "__init__", counting)
-    embeddings = ThreadRecordingEmbeddings()
-    store = VectorlessStore(embeddings)
-    store.add_documents(CORPUS.linked, ids=CORPUS.ids)
-    monkeypatch.setenv("SCAR_CACHE_DIR", str(tmp_path))
-    retriever = SCARRetriever(vectorstore=store, k=5)  # the default cache
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        for query in CORPUS.queries:
-            retriever.invoke(query)
-    assert len(made) == 1
+def test_the_query_path_imports_no_cache_and_no_tooling() -> None:
+    code = (
+        "import sys, scar_core, scar_langchain, scar_llamaindex\n"
+        "loaded = [m for m in sys.modules if m.startswith('scar_core.')]\n"
+        "banned = ('cache', 'eval', 'cli', 'demo')\n"
+        "assert not [m for m in loaded if m.split('.')[1] in banned], loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_one_chunk_documents_linked_by_link_chunks_do_not_warn() -> None:
@@ -278,7 +280,7 @@ def test_one_failed_aget_nodes_does_not_switch_to_sync_reads_for_good() -> None:
     assert FLAKY["calls"] > calls  # the async read is tried again, and works
 
 
-def test_langchain_faiss_over_an_ivf_index_falls_back_and_says_how_to_fix_it(tmp_path: Any) -> None:
+def test_langchain_faiss_over_an_ivf_index_falls_back_and_says_how_to_fix_it() -> None:
     import faiss
     from langchain_community.docstore.in_memory import InMemoryDocstore
     from langchain_community.vectorstores import FAISS
@@ -294,8 +296,46 @@ def test_langchain_faiss_over_an_ivf_index_falls_back_and_says_how_to_fix_it(tmp
         metadatas=[c.metadata for c in CORPUS.linked],
         ids=CORPUS.ids,
     )
-    retriever = SCARRetriever(vectorstore=store, k=5, embedding_cache=EmbeddingCache(tmp_path))
+    retriever = SCARRetriever(vectorstore=store, k=5)
     with pytest.warns(UserWarning, match=r"make_direct_map\(\)"):
         docs = retriever.invoke(next(iter(CORPUS.queries)))
     assert len(docs) == 5
     assert docs[0].metadata["scar_embedded"] > 0
+
+
+def test_both_adapters_give_the_settings_descriptions_and_bounds_in_their_json_schema() -> None:
+    from pydantic import TypeAdapter
+
+    langchain, llamaindex = (
+        TypeAdapter(adapter.model_fields["settings"].annotation).json_schema()
+        for adapter in (SCARRetriever, SCARNodePostprocessor)
+    )
+    assert llamaindex == langchain  # one declaration, seen alike by both frameworks
+    for schema in (langchain, llamaindex):
+        settings = schema["properties"]
+        assert settings["k"]["minimum"] == 1
+        assert settings["keep"]["minimum"] == 1
+        assert settings["lambda_"]["minimum"] == 0.0
+        assert settings["gamma"]["exclusiveMinimum"] == 0.0
+        assert settings["gamma"]["maximum"] == 1.0
+        assert "boundary penalty" in settings["lambda_"]["description"]
+        assert "left out when serialised" in " ".join(settings["tokenizer"]["description"].split())
+        assert all(p.get("description") for p in settings.values())
+
+
+def test_both_adapters_serialise_with_a_tokenizer_and_a_neighbor_filter() -> None:
+    functions = {"tokenizer": len, "neighbor_filter": lambda metadata: True}
+    retriever = lc_retriever(k=5, max_tokens=200, **functions)
+    dumped = retriever.model_dump()["settings"]
+    assert dumped["max_tokens"] == 200
+    assert "tokenizer" not in dumped
+    assert "neighbor_filter" not in dumped
+    assert '"max_tokens":200' in retriever.model_dump_json(exclude={"vectorstore"})
+    postprocessor = SCARNodePostprocessor.from_index(
+        li_index(), filters=None, top_n=5, max_tokens=200, **functions
+    )
+    as_json = postprocessor.to_json()
+    assert '"max_tokens": 200' in as_json
+    assert "tokenizer" not in as_json
+    assert postprocessor.to_dict()["settings"]["max_tokens"] == 200
+    assert "neighbor_filter" not in postprocessor.model_dump()["settings"]

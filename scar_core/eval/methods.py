@@ -154,7 +154,7 @@ Method = Callable[[QueryContext], Selection]
 
 def top(depth: int) -> Method:
     """Plain top-``depth``: budget mode that keeps every hit, so nothing else can bid."""
-    settings = BudgetSettings(k=depth, keep=depth, window=1)
+    settings = BudgetSettings(k=depth, keep=depth, _window=1)
     return lambda context: context.select(context.head(depth), settings)
 
 
@@ -194,7 +194,7 @@ def static(
     Links follow ``cut(context)`` (chunks by row with some links removed) when it is given.
     """
     settings = BudgetSettings(k=k * (2 * window + 1), keep=k, continuity_bonus=_ALWAYS,
-                              lambda_=0.0, window=window)  # fmt: skip
+                              lambda_=0.0, _window=window)  # fmt: skip
     memo: list[tuple[Sequence[Chunk], Sequence[Chunk]]] = []
 
     def run(context: QueryContext) -> Selection:
@@ -302,7 +302,7 @@ def rse(budget: int, preset: str = "balanced", depth: int | None = None, **param
                 for d, end in zip(docs, splits, strict=True) for m in range(starts[d], end)]  # fmt: skip
         ids = [context.nodes[meta[m]].id for a, b in segments for m in range(a, b)]
         ids = list(dict.fromkeys(ids + context.head(max(depth, budget))))[:budget]
-        return context.select(ids, BudgetSettings(k=len(ids), keep=len(ids), window=1))
+        return context.select(ids, BudgetSettings(k=len(ids), keep=len(ids), _window=1))
 
     return run
 
@@ -352,7 +352,7 @@ def _budget(match: re.Match[str], k: int) -> Method:
             k=int(match[1]),
             continuity_bonus=float(match[2]) if match[2] else None,
             keep=int(match[3]) if match[3] else None,
-            window=int(match[4]) if match[4] else DEFAULT_BUDGET_WINDOW,
+            _window=int(match[4]) if match[4] else DEFAULT_BUDGET_WINDOW,
             lambda_=float(match[5]) if match[5] else DEFAULT_LAMBDA,
         )
     )

@@ -18,12 +18,11 @@ from scar_core.settings import MAX_AUCTION_HITS
 @settings(max_examples=150, deadline=None)
 @given(
     st.integers(0, 10_000), st.integers(1, 14), st.integers(1, 4), st.none() | st.floats(0.0, 1.0),
-    st.sampled_from(["both", "previous", "next"]),
 )  # fmt: skip
-def test_a_chunk_budget_selects_and_explains_exactly_as_before(seed, k, window, bonus, direction):
+def test_a_chunk_budget_selects_and_explains_exactly_as_before(seed, k, window, bonus):
     query, ranked, chunks = corpus(seed, documents=1 + seed % 4, length=3 + seed % 9)
     keep = 1 + seed % k
-    bs = BudgetSettings(k=k, keep=keep, continuity_bonus=bonus, window=window, direction=direction)
+    bs = BudgetSettings(k=k, keep=keep, continuity_bonus=bonus, _window=window)
     new = budget_select(query, ranked, chunks, bs)
     old = legacy.budget_select(query, ranked, chunks, bs)
     assert new.passages == old.passages

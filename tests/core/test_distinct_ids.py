@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from scar_core.chunks import Chunk
 from scar_core.driver import QueryDriver, distinct_ids
-from scar_core.query import Found, ScarQuery
-from scar_core.selection import Chunk
 from scar_core.settings import BudgetSettings, ScarSettings
 
 
@@ -21,19 +20,19 @@ def test_a_real_id_shaped_like_a_made_up_one_swallows_no_hit() -> None:
 def test_made_up_ids_are_never_read_but_real_ids_with_the_prefix_are() -> None:
     query = np.array([1.0, 0.0])
     real = Chunk("scar-hit-7", None, None, "n")  # a real chunk whose id has SCAR's prefix
-    made_up = Chunk("scar-hit-1:made-up", None, None, None)
-    driver = QueryDriver(query, [real, made_up], BudgetSettings(k=2), unstored=[made_up.id])
+    made_up = Chunk("", None, None, None)  # no id: the driver makes one up, and never reads it
+    driver = QueryDriver(query, [real, made_up], BudgetSettings(k=2))
     assert driver.wanted() == ["scar-hit-7", "n"]
 
 
 def test_three_distinct_hits_come_back_three() -> None:
     vectors = [np.array([1.0, 0.1 * i]) for i in range(3)]
     hits = [
-        Found("scar-hit-1", "first", vectors[0], None, "n1", True, {}, "first text"),
-        Found(None, "second", vectors[1], None, None, False, {}, "second text"),
-        Found("c", "third", vectors[2], None, None, False, {}, "third text"),
+        Chunk("scar-hit-1", vectors[0], None, "n1", True, "first text", item="first"),
+        Chunk("", vectors[1], text="second text", item="second"),
+        Chunk("c", vectors[2], text="third text", item="third"),
     ]
-    query = ScarQuery([1.0, 0.0], hits, ScarSettings(), k=3)
+    query = QueryDriver.for_adapter([1.0, 0.0], hits, ScarSettings(), 3)
     while query.wanted():
         query.receive([])  # the neighbour n1 is missing from the store
-    assert sorted(p.found.item for p in query.placed()) == ["first", "second", "third"]
+    assert sorted(c.item for c, _ in query.returned()) == ["first", "second", "third"]

@@ -67,7 +67,7 @@ def test_scaling_cosine_differences_and_penalties_scales_the_bonus(hits, pairs, 
 def test_the_default_auction_uses_the_bonus_of_what_the_query_read(seed: int) -> None:
     query, ranked, chunks = corpus(seed, length=6)
     for k, keep, window in ((3, 1, 2), (4, 2, 1), (5, 2, 2)):
-        got = budget_select(query, ranked, chunks, BudgetSettings(k=k, keep=keep, window=window))
+        got = budget_select(query, ranked, chunks, BudgetSettings(k=k, keep=keep, _window=window))
         candidates = set(candidates_of(ranked, chunks, k, window))
         pairs = [
             1 - cos(chunks[c].vector, chunks[n].vector)

@@ -138,7 +138,7 @@ def test_paper_rule_equals_the_naive_loop(seed: int) -> None:
 def test_segment_auction_finds_the_best_set_that_exhaustive_search_finds(seed: int) -> None:
     query, ranked, chunks = corpus(seed, length=6)
     for k, keep, alpha, window in ((3, 1, 0.2, 2), (4, 2, 0.5, 1), (5, 2, 0.0, 2), (4, 1, 1.0, 3)):
-        bs = BudgetSettings(k=k, keep=keep, continuity_bonus=alpha, window=window)
+        bs = BudgetSettings(k=k, keep=keep, continuity_bonus=alpha, _window=window)
         got = budget_select(query, ranked, chunks, bs)
         want = naive_budget(query, ranked, chunks, k, keep, alpha, 0.1, window)
         assert set(got.chunk_ids) == want
@@ -149,7 +149,7 @@ def test_segment_auction_finds_the_best_set_that_exhaustive_search_finds(seed: i
 def test_a_budget_decisions_threshold_is_where_its_verdict_flips(seed: int) -> None:
     query, ranked, chunks = corpus(seed, length=6)
     for k, keep, alpha, window in ((3, 1, 0.2, 2), (4, 2, 0.5, 1), (4, 1, 0.05, 2)):
-        bs = BudgetSettings(k=k, keep=keep, continuity_bonus=alpha, window=window)
+        bs = BudgetSettings(k=k, keep=keep, continuity_bonus=alpha, _window=window)
         got = budget_select(query, ranked, chunks, bs)
         naive_budget(query, ranked, chunks, k, keep, alpha, 0.1, window)
         best = naive_budget.total
@@ -218,7 +218,7 @@ def queries(draw):
     else:
         keep = draw(st.integers(1, k))
         bonus = draw(st.none() | st.floats(0.0, 1.0))  # None: each query's own
-        chosen = BudgetSettings(k=k, keep=keep, continuity_bonus=bonus, window=window)
+        chosen = BudgetSettings(k=k, keep=keep, continuity_bonus=bonus, _window=window)
     return seed, chosen
 
 
@@ -271,7 +271,7 @@ def test_a_neighbour_without_a_vector_is_reported_not_scored() -> None:
         (lambda: BudgetSettings(k=3, keep=4), "keep=4"),
         (lambda: BudgetSettings(continuity_bonus=-0.1), "continuity_bonus=-0.1"),
         (lambda: BudgetSettings(lambda_=math.nan), "lambda_=nan"),
-        (lambda: BudgetSettings(direction="up"), "direction='up'"),  # type: ignore[arg-type]
+        (lambda: PaperSettings(direction="up"), "direction='up'"),  # type: ignore[arg-type]
         (lambda: PaperSettings(gamma=1.5), "gamma=1.5"),
         (lambda: PaperSettings(gamma=0), "gamma=0"),
         (lambda: PaperSettings(window=0), "window=0"),
@@ -351,7 +351,7 @@ def test_budget_invariants_hold_on_random_graphs(
 ) -> None:
     query, ranked, chunks = corpus(seed)
     keep = 1 + seed % k
-    settings = BudgetSettings(k=k, keep=keep, continuity_bonus=bonus, window=window)
+    settings = BudgetSettings(k=k, keep=keep, continuity_bonus=bonus, _window=window)
     selection = budget_select(query, ranked, chunks, settings)
     ids = selection.chunk_ids
     assert len(ids) == len(set(ids)) == k  # 24 chunks: a budget of 12 can always be filled
@@ -386,7 +386,7 @@ def tangled_graphs(draw):
 @given(tangled_graphs())
 def test_inconsistent_or_circular_links_never_lose_a_hit(case) -> None:
     query, names, chunks, k, window = case
-    settings = BudgetSettings(k=k, continuity_bonus=0.5, window=window)
+    settings = BudgetSettings(k=k, continuity_bonus=0.5, _window=window)
     selection = budget_select(query, names[:k], chunks, settings)
     assert len(selection.chunk_ids) == len(set(selection.chunk_ids)) == k
     assert set(names[: settings.kept]) <= set(selection.chunk_ids)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from test_selection import candidates_of, corpus, cos, passages_of
 
 from scar_core import BudgetSettings, InvalidSettingsError, ScarSettings, budget_select
-from scar_core.query import Found, ScarQuery
+from scar_core.chunks import Chunk
+from scar_core.driver import QueryDriver
 from scar_core.selection import fill_in_order
 from scar_core.settings import estimate_tokens
 
@@ -74,7 +75,9 @@ def test_token_auction_finds_the_best_set_that_exhaustive_search_finds(seed: int
     query, ranked, chunks = corpus(seed, length=5)
     tokens = lengths(chunks, seed)
     for k, keep, alpha, window, limit in CASES:
-        bs = BudgetSettings(k=k, keep=keep, continuity_bonus=alpha, window=window, max_tokens=limit)
+        bs = BudgetSettings(
+            k=k, keep=keep, continuity_bonus=alpha, _window=window, max_tokens=limit
+        )
         got = budget_select(query, ranked, chunks, bs, tokens)
         want = naive_tokens(query, ranked, chunks, tokens, k, keep, alpha, 0.1, window, limit)
         assert set(got.chunk_ids) == want, (k, keep, alpha, window, limit)
@@ -85,7 +88,9 @@ def test_a_token_decisions_threshold_is_where_its_verdict_flips(seed: int) -> No
     query, ranked, chunks = corpus(seed, length=5)
     tokens = lengths(chunks, seed)
     for k, keep, alpha, window, limit in CASES[:3]:
-        bs = BudgetSettings(k=k, keep=keep, continuity_bonus=alpha, window=window, max_tokens=limit)
+        bs = BudgetSettings(
+            k=k, keep=keep, continuity_bonus=alpha, _window=window, max_tokens=limit
+        )
         got = budget_select(query, ranked, chunks, bs, tokens)
         args = (query, ranked, chunks, tokens, k, keep, alpha, 0.1, window, limit)
         naive_tokens(*args)
@@ -110,7 +115,7 @@ def test_token_budget_invariants_hold_on_random_graphs(seed, k, window, bonus, l
     tokens = lengths(chunks, seed, 0, longest)
     keep = 1 + seed % k
     settings = BudgetSettings(
-        k=k, keep=keep, continuity_bonus=bonus, window=window, max_tokens=limit
+        k=k, keep=keep, continuity_bonus=bonus, _window=window, max_tokens=limit
     )
     selection = budget_select(query, ranked, chunks, settings, tokens)
     ids = selection.chunk_ids
@@ -182,8 +187,8 @@ def test_settings_for_a_query_carry_max_tokens() -> None:
     assert settings.for_query(7) == BudgetSettings(k=7, max_tokens=300)
 
 
-def _found(chunk_id: str, vector, text: str, previous=None, following=None) -> Found:
-    return Found(chunk_id, chunk_id, vector, previous, following, True, {}, text)
+def _found(chunk_id: str, vector, text: str, previous=None, following=None) -> Chunk:
+    return Chunk(chunk_id, vector, previous, following, True, text, item=chunk_id)
 
 
 def test_scar_query_counts_each_text_once_with_the_tokenizer() -> None:
@@ -196,30 +201,30 @@ def test_scar_query_counts_each_text_once_with_the_tokenizer() -> None:
         return len(text) // 10
 
     settings = ScarSettings(max_tokens=10, tokenizer=count)
-    query = ScarQuery(e[0], [_found("b", e[0], texts["b"], None, "c")], settings, k=1)
+    query = QueryDriver.for_adapter(e[0], [_found("b", e[0], texts["b"], None, "c")], settings, 1)
     while ids := query.wanted():
         query.receive([_found(i, e[0] + 0.1 * e[1], texts[i], "b", None) for i in ids])
-    placed = query.placed()
-    assert [p.chunk_id for p in placed] == ["b"]  # b is 40 tokens: the best hit, alone
+    placed = query.returned()
+    assert [c.id for c, _ in placed] == ["b"]  # b is 40 tokens: the best hit, alone
     assert sorted(calls) == sorted([texts["b"], texts["c"]])
-    query = ScarQuery(e[0], [_found("a", e[0], texts["a"], None, "c")], settings, k=1)
+    query = QueryDriver.for_adapter(e[0], [_found("a", e[0], texts["a"], None, "c")], settings, 1)
     while ids := query.wanted():
         query.receive([_found(i, e[0] + 0.1 * e[1], texts[i], "a", None) for i in ids])
-    assert [p.chunk_id for p in query.placed()] == ["a", "c"]  # 4 + 4 tokens fit 10
+    assert [c.id for c, _ in query.returned()] == ["a", "c"]  # 4 + 4 tokens fit 10
 
 
 def test_unlinked_hits_fill_the_tokens_in_rank_order() -> None:
-    hits = [Found(i, i, None, text="w" * n) for i, n in (("a", 40), ("b", 40), ("c", 40))]
+    hits = [Chunk(i, None, text="w" * n, item=i) for i, n in (("a", 40), ("b", 40), ("c", 40))]
     settings = ScarSettings(max_tokens=25)  # the estimate: 10 + 10 fit, the third would not
-    query = ScarQuery(None, hits, settings, k=3)
-    assert [p.chunk_id for p in query.placed()] == ["a", "b"]
+    query = QueryDriver.for_adapter(None, hits, settings, 3)
+    assert [c.id for c, _ in query.returned()] == ["a", "b"]
 
 
 def test_a_tokenizer_that_returns_no_count_is_named() -> None:
     e = np.eye(2)
     settings = ScarSettings(max_tokens=10, tokenizer=lambda t: "many")
-    query = ScarQuery(e[0], [_found("a", e[0], "text")], settings, k=1)
+    query = QueryDriver.for_adapter(e[0], [_found("a", e[0], "text")], settings, 1)
     while query.wanted():
         query.receive([])
     with pytest.raises(InvalidSettingsError, match="tokenizer returned 'many'"):
-        query.placed()
+        query.returned()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from scar_core.chunks import Chunk
+from scar_core.driver import QueryDriver
 from scar_core.errors import InvalidSettingsError
-from scar_core.query import Found, ScarQuery
 from scar_core.settings import ScarSettings
 
 
@@ -26,15 +27,15 @@ def _failing_tokenizer(text: str) -> int:
 
 def test_a_tokenizer_that_raises_is_wrapped_and_named() -> None:
     hits = [
-        Found("a", "a", np.array([1.0, 0.0]), None, "b", True, {}, "first"),
-        Found("b", "b", np.array([0.9, 0.1]), "a", None, True, {}, "second"),
+        Chunk("a", np.array([1.0, 0.0]), None, "b", True, "first"),
+        Chunk("b", np.array([0.9, 0.1]), "a", None, True, "second"),
     ]
     settings = ScarSettings(max_tokens=10, tokenizer=_failing_tokenizer)
-    query = ScarQuery([1.0, 0.0], hits, settings, k=2)
+    query = QueryDriver.for_adapter([1.0, 0.0], hits, settings, 2)
     while query.wanted():
         query.receive([])
     with pytest.raises(
         InvalidSettingsError, match=r"_failing_tokenizer.*raised UnicodeError"
     ) as info:
-        query.placed()
+        query.returned()
     assert isinstance(info.value.__cause__, UnicodeError)

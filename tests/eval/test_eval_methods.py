@@ -68,7 +68,7 @@ def test_named_variants_carry_their_settings(prepared: PreparedBenchmark) -> Non
     everything = _everything(prepared)
     cases = {
         "default": BudgetSettings(k=5),
-        "budget6_a0.5_s2_w3": BudgetSettings(k=6, continuity_bonus=0.5, keep=2, window=3),
+        "budget6_a0.5_s2_w3": BudgetSettings(k=6, continuity_bonus=0.5, keep=2, _window=3),
         "budget6_s6": BudgetSettings(k=6, keep=6),
         "scar2": PaperSettings(k=5, window=2),
         "scar1_g0.5_l0.3": PaperSettings(k=5, gamma=0.5, lambda_=0.3),

@@ -20,10 +20,9 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from lc_stores import STORES, Corpus, CountingEmbeddings, expected_links, make_corpus, store_ids
-from scar_core.errors import DataFormatError, InvalidSettingsError
+from scar_core.errors import DataFormatError, InvalidSettingsError, MissingDependencyError
 from scar_langchain import SCARRetriever, link_chunks, link_store, replace_documents
-from scar_langchain.link_store import LINK_KEYS
-from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain.links import LINK_KEYS, NEXT_ID_KEY, PREVIOUS_ID_KEY
 
 KINDS = ["memory", "faiss", "chroma", "qdrant"]
 
@@ -518,3 +517,18 @@ def test_replace_documents_keeps_another_tenants_upload_of_the_same_name(
         deleted = replace_documents(store, upload("a", "tExt"))  # same length: tiles
     assert sorted(deleted) == sorted(str(c.id) for c in mine)
     assert {str(c.id) for c in theirs} <= set(held(kind, store))
+
+
+def test_progress_without_tqdm_names_the_extra_and_writes_nothing(
+    store: InMemoryVectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = (PREVIOUS_ID_KEY, NEXT_ID_KEY)
+    for row in store.store.values():  # unlink, so that a run would write
+        row["metadata"] = {k: v for k, v in row["metadata"].items() if k not in gone}
+    before = {i: dict(row["metadata"]) for i, row in store.store.items()}
+    monkeypatch.setitem(__import__("sys").modules, "tqdm.auto", None)  # as if not installed
+    with pytest.raises(MissingDependencyError, match=r"scar-retrieval\[eval\]"):
+        link_store(store, order_key="scar_position", progress=True)
+    assert {i: row["metadata"] for i, row in store.store.items()} == before
+    report = link_store(store, order_key="scar_position")  # without progress, no tqdm needed
+    assert report.changed == len(before)

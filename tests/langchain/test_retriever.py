@@ -16,7 +16,6 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import WordHashEmbeddings, documents, linked_store
 
 from scar_core import Chunk, InvalidSettingsError, MissingQueryError, PaperSettings, paper_expand
-from scar_core.cache import EmbeddingCache
 from scar_langchain import SCARRetriever, link_chunks
 
 QUERY = "What does part 2 of the topic3 document cover? word3x2 word3x3"
@@ -184,13 +183,12 @@ class CountingStore(InMemoryVectorStore):
         return super().get_by_ids(ids)
 
 
-def test_a_store_that_returns_no_vectors_is_embedded_once_with_a_warning(tmp_path: Any) -> None:
+def test_a_store_that_returns_no_vectors_is_embedded_once_with_a_warning() -> None:
     embeddings = WordHashEmbeddings()
     store = CountingStore(embeddings)
     chunks = link_chunks(documents(), trust_order=True)
     store.add_documents(chunks, ids=[c.id for c in chunks])
-    cache = EmbeddingCache(tmp_path)
-    retriever = SCARRetriever(vectorstore=store, k=6, embedding_cache=cache)
+    retriever = SCARRetriever(vectorstore=store, k=6)
     reference = SCARRetriever(vectorstore=linked_store(), k=6).invoke(QUERY)
     before = embeddings.texts_embedded
     CountingStore.reads = 0
@@ -199,10 +197,8 @@ def test_a_store_that_returns_no_vectors_is_embedded_once_with_a_warning(tmp_pat
     assert CountingStore.reads <= 2
     assert first[0].metadata["scar_embedded"] > 0
     assert embeddings.texts_embedded - before == first[0].metadata["scar_embedded"]
-    second = SCARRetriever(vectorstore=store, k=6, embedding_cache=EmbeddingCache(tmp_path)).invoke(
-        QUERY
-    )
-    assert second[0].metadata["scar_embedded"] == 0  # every text came from the cache
+    second = retriever.invoke(QUERY)
+    assert second[0].metadata["scar_embedded"] == 0  # every text was kept in memory
     assert embeddings.texts_embedded - before == first[0].metadata["scar_embedded"]
     assert [d.id for d in first] == [d.id for d in second] == [d.id for d in reference]
 
@@ -256,3 +252,24 @@ def test_a_query_that_is_not_a_question_is_refused_by_name(
         retriever.invoke(query)
     with pytest.raises(MissingQueryError, match=named):
         asyncio.run(retriever.ainvoke(query))
+
+
+def test_cache_backed_embeddings_keep_embedded_texts_on_disk_when_the_user_asks(
+    tmp_path: Any,
+) -> None:
+    from langchain_classic.embeddings import CacheBackedEmbeddings
+    from langchain_classic.storage import LocalFileStore
+
+    inner = WordHashEmbeddings()
+    cached = CacheBackedEmbeddings.from_bytes_store(
+        inner, LocalFileStore(tmp_path), namespace="word-hash", key_encoder="sha256"
+    )
+    store = CountingStore(cached)
+    chunks = link_chunks(documents(), trust_order=True)
+    store.add_documents(chunks, ids=[c.id for c in chunks])
+    with pytest.warns(UserWarning, match="CacheBackedEmbeddings to keep the vectors on disk"):
+        first = SCARRetriever(vectorstore=store, k=6).invoke(QUERY)
+    before = inner.texts_embedded
+    second = SCARRetriever(vectorstore=store, k=6).invoke(QUERY)  # a new retriever: no memory
+    assert inner.texts_embedded == before  # read back from the user's cache on disk
+    assert [d.id for d in first] == [d.id for d in second]

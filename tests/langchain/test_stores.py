@@ -20,7 +20,7 @@ from lc_stores import (
     scores,
 )
 from scar_langchain import SCARRetriever
-from scar_langchain.stores import reader_for
+from scar_langchain.stores import access_for
 
 EMBEDDED = ["faiss", "chroma", "qdrant"]
 #: Budget mode (the default) and the paper's rule, each at every k from 3 to 8.
@@ -60,8 +60,8 @@ def _fresh_counts(request: pytest.FixtureRequest) -> None:
 
 def test_the_store_holds_the_memory_stores_chunks_and_vectors(built: Built) -> None:
     ids = built.corpus.ids
-    in_store = reader_for(built.store).read(ids, {})
-    in_memory = reader_for(built.memory).read(ids, {})
+    in_store = access_for(built.store).read(ids, {})
+    in_memory = access_for(built.memory).read(ids, {})
     assert sorted(in_store) == sorted(in_memory) == sorted(ids)
     for chunk_id in ids:
         (document, vector), (expected, expected_vector) = in_store[chunk_id], in_memory[chunk_id]

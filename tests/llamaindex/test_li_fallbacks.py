@@ -20,7 +20,6 @@ from li_support import (
     linked_nodes,
     scored,
 )
-from scar_core.cache import EmbeddingCache
 from scar_core.errors import NeighborFetchError
 from scar_llamaindex import SCARNodePostprocessor
 
@@ -73,7 +72,6 @@ def test_nodes_without_stored_vectors_are_embedded_once_with_one_warning(tmp_pat
         docstore=index.docstore,
         filters=None,
         embed_model=embed_model,
-        embedding_cache=EmbeddingCache(tmp_path),
     )
     with pytest.warns(UserWarning, match=r"SimpleDocumentStore.*vector_store=index\.vector_store"):
         first = scar.postprocess_nodes(hits, QueryBundle(QUERY))
@@ -86,7 +84,6 @@ def test_nodes_without_stored_vectors_are_embedded_once_with_one_warning(tmp_pat
             docstore=index.docstore,
             filters=None,
             embed_model=embed_model,
-            embedding_cache=EmbeddingCache(tmp_path / "2"),
         )
         other.postprocess_nodes(hits, QueryBundle(QUERY))
     assert {n.node.metadata["scar_embedded"] for n in second} == {0}  # cached
@@ -103,7 +100,6 @@ async def test_the_async_path_embeds_and_warns_alike(tmp_path: Path) -> None:
         docstore=index.docstore,
         filters=None,
         embed_model=WordHashEmbedding(),
-        embedding_cache=EmbeddingCache(tmp_path),
     )
     with pytest.warns(UserWarning, match="SCAR embedded their text") as caught:
         output = await scar.apostprocess_nodes(hits, QueryBundle(QUERY))

@@ -42,7 +42,6 @@ from li_stores import (
     qdrant_built,
     scar,
 )
-from scar_core.cache import EmbeddingCache
 from scar_core.errors import NeighborFetchError
 from scar_llamaindex import SCARNodePostprocessor
 from scar_llamaindex.reads import links_of
@@ -161,13 +160,12 @@ def test_a_store_without_readable_vectors_warns_once_then_embeds_nothing(
 ) -> None:
     store = faiss_built(mapped=True)
     texts = texts_embedded(store)
+    postprocessor = scar(store)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for query in QUERIES:
             found = hits(store, query, 4)
-            got = scar(store, embedding_cache=EmbeddingCache(tmp_path)).postprocess_nodes(
-                found, QueryBundle(query)
-            )
+            got = postprocessor.postprocess_nodes(found, QueryBundle(query))
             want = scar(reference).postprocess_nodes(found, QueryBundle(query))
             assert [a[:4] for a in answer(got)] == [a[:4] for a in answer(want)]  # not embedded
     assert [(w.category, str(w.message)[:47]) for w in caught] == [
@@ -179,11 +177,9 @@ def test_a_store_without_readable_vectors_warns_once_then_embeds_nothing(
     assert embedded > 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for query in QUERIES:  # a new postprocessor, the same disk cache: nothing embedded
+        for query in QUERIES:  # the same postprocessor keeps what it embedded, in memory
             found = hits(store, query, 4)
-            output = scar(store, embedding_cache=EmbeddingCache(tmp_path)).postprocess_nodes(
-                found, QueryBundle(query)
-            )
+            output = postprocessor.postprocess_nodes(found, QueryBundle(query))
             assert {n.node.metadata["scar_embedded"] for n in output} == {0}
     assert texts_embedded(store) - texts == embedded
 
@@ -196,7 +192,6 @@ def test_faiss_without_the_index_map_says_to_build_from_the_index(tmp_path: Path
         filters=None,
         vector_store=index.vector_store,
         embed_model=store.embed_model,
-        embedding_cache=EmbeddingCache(tmp_path),
     )
     with pytest.warns(
         UserWarning, match=r"FaissVectorStore gave no.*from_index\(index, filters=...\)"

@@ -44,7 +44,6 @@ from li_stores import (
     qdrant_built,
 )
 from li_support import angle, docstore_of, ids_and_scores, linked_nodes, scored
-from scar_core.cache import EmbeddingCache
 from scar_core.errors import InvalidSettingsError
 from scar_llamaindex import SCARNodePostprocessor
 
@@ -340,7 +339,6 @@ def test_filters_serialise_and_the_predicate_does_not(tmp_path: Path) -> None:
         memory(guarded_nodes).index,
         filters=PUBLIC,
         neighbor_filter=bool,
-        embedding_cache=EmbeddingCache(tmp_path),
     )
     data = scar.to_dict()
     assert data["filters"]["filters"][0]["key"] == "access"

@@ -23,7 +23,7 @@ from lc_stores import (
     scores,
 )
 from scar_langchain import SCARRetriever
-from scar_langchain.stores import reader_for
+from scar_langchain.stores import access_for
 
 pytestmark = pytest.mark.postgres
 
@@ -54,7 +54,7 @@ def stores(engine: Any, corpus: Corpus) -> tuple[Any, Any]:
 def test_pg_holds_the_memory_stores_chunks_and_exact_vectors(
     stores: tuple[Any, Any], corpus: Corpus
 ) -> None:
-    on_pg, in_memory = (reader_for(s).read(corpus.ids, {}) for s in stores)
+    on_pg, in_memory = (access_for(s).read(corpus.ids, {}) for s in stores)
     assert sorted(on_pg) == sorted(in_memory) == sorted(corpus.ids)
     for chunk_id, (document, vector) in on_pg.items():
         assert comparable([document]) == comparable([in_memory[chunk_id][0]])

@@ -1,0 +1,357 @@
+"""The exact solver of the budget auction: one dynamic programme over the candidates.
+
+:func:`scar_core.selection.budget_select` lays the candidates end to end, chain after chain, as a
+:class:`Line` (each chunk's bid, its pair bid with the chunk before it, its weight, whether it is a
+hit and whether it must be taken), and :class:`CountAuction` (a budget in chunks) or
+:class:`TokenAuction` (a budget in tokens) finds the set with the highest total bid.
+
+The programme walks the candidates chain after chain; each chunk ``x`` is in one
+of three states, reached from the state of the chunk before it (``pair`` is ``alpha - lambda_ * b``
+with it, counted only inside a chain; at a chain's start, "from" means "after closing the run"):
+
+============  ===============================  =============================================
+state         meaning                          from, adding
+============  ===============================  =============================================
+``OUT``       not taken                        ``OUT`` or ``ANCHORED``, 0 (never ``OPEN``: a
+                                               run must hold a hit; a forced hit is never OUT)
+``OPEN``      taken, its run holds no hit yet  ``OUT``: ``v(x)``; ``OPEN``: ``v(x) + pair``
+                                               (only if ``x`` is not a hit)
+``ANCHORED``  taken, its run holds a hit       ``OUT``: ``v(x)`` if ``x`` is a hit; ``OPEN``:
+                                               ``v(x) + pair`` if it is; ``ANCHORED``:
+                                               ``v(x) + pair``
+============  ===============================  =============================================
+
+Each state's best total is kept for every weight taken so far (a chunk weighs 1, or its tokens),
+as a numpy vector; the answer is the best ``OUT`` or ``ANCHORED`` total at weight ``k`` (or at
+most ``max_tokens``). A second pass from the other end gives each decision's flip threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["CountAuction", "Line", "TokenAuction", "flip_gains"]
+
+_NONE = -math.inf
+#: What a neighbour taken on a tie clears its bar by.
+_TIE = 1e-12
+#: Along the candidates: the chunk is not taken / taken in a run without a hit yet / taken, in a
+#: run that holds one.
+_OUT, _OPEN, _ANCHORED = 0, 1, 2
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Line:
+    """The candidates as one line, chain after chain, with what the auction needs of each.
+
+    ``joins[p]`` is the pair bid between chunk ``p - 1`` and chunk ``p`` (0 where ``p`` starts a
+    chain: a run never crosses a chain's edge); ``weights`` are 1 (a budget in chunks) or tokens.
+    """
+
+    ids: list[str]
+    values: list[float]
+    joins: list[float]
+    weights: list[int]
+    hits: list[bool]
+    forced: list[bool]
+    starts: list[bool]
+
+    def reversed(self) -> Line:
+        """The same line read from its end: chains and runs are the same, joins move by one."""
+        n = len(self.ids)
+        ends = self.ends()
+        joins = [0.0 if ends[p] else self.joins[p + 1] for p in range(n)]
+        return Line(self.ids[::-1], self.values[::-1], joins[::-1], self.weights[::-1],
+                     self.hits[::-1], self.forced[::-1], ends[::-1])  # fmt: skip
+
+    def ends(self) -> list[bool]:
+        """Whether each chunk ends its chain."""
+        n = len(self.ids)
+        return [p == n - 1 or self.starts[p + 1] for p in range(n)]
+
+    def bids(self) -> FloatArray:
+        """``bids[p][before][after]``: what chunk ``p`` adds, by the states before it and its own.
+
+        ``-inf`` where the move is not allowed.
+        Leaving it closes the run before, which must then hold a hit; taking it joins the run
+        before unless ``p`` starts a chain (then the run before closes, and it opens one); a run
+        that takes a hit holds one from then on. A forced chunk cannot be left.
+        """
+        value = np.asarray(self.values, dtype=np.float64)
+        joined = value + np.asarray(self.joins, dtype=np.float64)
+        start = np.asarray(self.starts, dtype=bool)
+        hit = np.asarray(self.hits, dtype=bool)
+        leave = np.where(np.asarray(self.forced, dtype=bool), _NONE, 0.0)
+        after_open = np.where(start, _NONE, joined)
+        after_held = np.where(start, value, joined)
+        anchors = hit | ~start
+        table = np.full((len(value), 3, 3), _NONE)
+        table[:, _OUT, _OUT] = leave
+        table[:, _OUT, _OPEN] = np.where(hit, _NONE, value)
+        table[:, _OUT, _ANCHORED] = np.where(hit, value, _NONE)
+        table[:, _OPEN, _OPEN] = np.where(hit, _NONE, after_open)
+        table[:, _OPEN, _ANCHORED] = np.where(hit, after_open, _NONE)
+        table[:, _ANCHORED, _OUT] = leave
+        table[:, _ANCHORED, _OPEN] = np.where(anchors, _NONE, value)
+        table[:, _ANCHORED, _ANCHORED] = np.where(anchors, after_held, _NONE)
+        return table
+
+
+def flip_gains(auction: CountAuction | TokenAuction, line: Line) -> dict[str, float]:
+    """What taking each neighbour is worth to the best total: > 0 if taken, <= 0 if not.
+
+    It is the best total less the best total with the verdict reversed (taken: without it; left:
+    with it), signed, so that ``S > S - gain`` exactly when the neighbour is taken.
+    """
+    flipped = auction.flipped()
+    gains: dict[str, float] = {}
+    for p, best in flipped.items():
+        loss = max(auction.total - best, 0.0)  # the best total is the best: never < 0
+        chunk_id = line.ids[p]
+        if chunk_id in auction.picked:  # a tie keeps it: it must clear its bar, if only just
+            gains[chunk_id] = loss or _TIE
+        else:
+            gains[chunk_id] = -loss
+    return gains
+
+
+class CountAuction:
+    """The best set of exactly as many candidates as can be taken, up to ``capacity``.
+
+    One dynamic programme over the candidates laid end to end, chain after chain: for each
+    position, state and count taken, the best total, as a numpy array over the count. The line and
+    its reverse are swept together, in one pass (the reverse gives the flip thresholds), so each
+    step is a handful of numpy calls on arrays of ``2 x 3 x 3 x (capacity + 1)``.
+    """
+
+    def __init__(self, line: Line, capacity: int) -> None:
+        self.line, n, size = line, len(line.ids), capacity + 1
+        bids = np.stack([line.bids(), line.reversed().bids()], axis=1)  # (n, 2, 3, 3)
+        stay, take = bids[:, :, :, :1, None], bids[:, :, :, 1:, None]  # to OUT; to OPEN, ANCHORED
+        # Column c holds count c - 1; column 0 is always -inf, so reading one column to the left
+        # is taking a chunk.
+        totals = np.full((n + 1, 2, 3, 1, size + 1), _NONE)
+        totals[0, :, _OUT, 0, 1] = 0.0
+        staying, taking = np.empty((2, 3, 1, size)), np.empty((2, 3, 2, size))
+        biggest = np.maximum.reduce
+        for p in range(n):
+            np.add(totals[p, :, :, :, 1:], stay[p], out=staying)
+            np.add(totals[p, :, :, :, :-1], take[p], out=taking)
+            following = totals[p + 1]
+            biggest(staying, axis=1, out=following[:, 0, :, 1:])
+            biggest(taking, axis=1, out=following[:, 1:, 0, 1:])
+        totals = totals[:, :, :, 0, 1:]
+        self.forward, self.backward, self.bids = totals[:, 0], totals[:, 1], bids[:, 0]
+        final = np.maximum(self.forward[n, _OUT], self.forward[n, _ANCHORED])
+        #: The count of the best set: the most that can be taken.
+        self.target = int(np.flatnonzero(final > _NONE)[-1])
+        self.total = float(final[self.target])
+        self.picked = self._trace(n)
+
+    def _trace(self, n: int) -> set[str]:
+        """Walk the best way back; ties go to the state first in ``OUT, OPEN, ANCHORED``."""
+        count, forward, picked = self.target, self.forward, set()
+        state = _ANCHORED if forward[n, _ANCHORED, count] > forward[n, _OUT, count] else _OUT
+        # The additions are the sweep's, in plain floats: the same sums to the last bit.
+        rows, bids = forward.tolist(), self.bids.tolist()
+        for p in range(n - 1, -1, -1):
+            before = count - (state != _OUT)
+            reached = rows[p + 1][state][count]
+            if state != _OUT:
+                picked.add(self.line.ids[p])
+            row, bid = rows[p], bids[p]
+            state = next(b for b in range(3) if row[b][before] + bid[b][state] == reached)
+            count = before
+        return picked
+
+    def flipped(self) -> dict[int, float]:
+        """For each neighbour's position, the best total with its verdict reversed."""
+        line, n, size = self.line, len(self.line.ids), self.target + 1
+        at = np.array([p for p in range(n) if not line.hits[p]], dtype=np.int64)
+        if not at.size:
+            return {}
+        left, right = self.forward[at, :, :size], self.backward[n - 1 - at, :, :size]
+        taken = np.array([line.ids[p] in self.picked for p in at])
+        starts = np.asarray(line.starts, dtype=bool)[at]
+        ends = np.asarray(line.ends(), dtype=bool)[at]
+        joins = np.asarray([*line.joins, 0.0], dtype=np.float64)
+        join, join_after = joins[at][:, None], joins[at + 1][:, None]
+        closed_left = np.maximum(left[:, _OUT], left[:, _ANCHORED])
+        closed_right = np.maximum(right[:, _OUT], right[:, _ANCHORED])
+        first, last = starts[:, None], ends[:, None]
+        opens = np.where(first, _NONE, left[:, _OPEN] + join)
+        holds = np.where(first, _NONE, left[:, _ANCHORED] + join)
+        goes_on = np.where(last, _NONE, right[:, _OPEN] + join_after)
+        holds_after = np.where(last, _NONE, right[:, _ANCHORED] + join_after)
+        fresh = np.where(first, closed_left, left[:, _OUT])
+        stops = np.where(last, closed_right, right[:, _OUT])
+        room = np.where(taken, self.target, self.target - 1)
+        without = _diagonal_max(closed_left, closed_right, room)
+        with_it = np.asarray(line.values, dtype=np.float64)[at] + np.maximum(
+            _diagonal_max(holds, np.maximum(np.maximum(stops, goes_on), holds_after), room),
+            _diagonal_max(np.maximum(fresh, opens), holds_after, room),
+        )
+        flipped = np.where(taken, without, with_it)
+        return dict(zip(at.tolist(), flipped.tolist(), strict=True))
+
+
+def _diagonal_max(left: FloatArray, right: FloatArray, room: IntArray) -> FloatArray:
+    """Row by row, the best ``left[i, a] + right[i, room[i] - a]`` (``-inf`` if ``room[i] < 0``)."""
+    count = np.arange(left.shape[1])
+    other = room[:, None] - count[None, :]
+    inside = other >= 0
+    picked = np.take_along_axis(right, np.clip(other, 0, left.shape[1] - 1), axis=1)
+    sums = np.where(inside, left + picked, _NONE)
+    result: FloatArray = sums.max(axis=1)
+    return result
+
+
+class _Front:
+    """The Pareto front of one state: weights never falling, totals strictly rising with them.
+
+    ``source`` and ``index`` say, for each point, the state and the point of the step before that
+    it was reached from (forward pass only).
+    """
+
+    __slots__ = ("index", "source", "totals", "weights")
+
+    def __init__(
+        self,
+        weights: IntArray,
+        totals: FloatArray,
+        source: npt.NDArray[np.int8] | None = None,
+        index: IntArray | None = None,
+    ) -> None:
+        self.weights, self.totals, self.source, self.index = weights, totals, source, index
+
+
+_EMPTY = _Front(np.zeros(0, dtype=np.int64), np.zeros(0))
+
+
+def _front_step(
+    fronts: Sequence[_Front], bids: FloatArray, weight: int, capacity: int, traced: bool
+) -> list[_Front]:
+    """The three fronts after one chunk, from the three before it and its bids."""
+    following: list[_Front] = []
+    for after in (_OUT, _OPEN, _ANCHORED):
+        shift = 0 if after == _OUT else weight
+        parts = [
+            (before, fronts[before], float(bids[before, after]))
+            for before in (_OUT, _OPEN, _ANCHORED)
+            if bids[before, after] > _NONE and fronts[before].weights.size
+        ]
+        if not parts:
+            following.append(_EMPTY)
+            continue
+        weights = np.concatenate([f.weights for _, f, _ in parts]) + shift
+        totals = np.concatenate([f.totals + bid for _, f, bid in parts])
+        if len(parts) > 1:  # by weight; keep what beats every point before it (no heavier)
+            order = np.argsort(weights, kind="stable")
+            rising = np.maximum.accumulate(totals[order])
+            keep = np.empty(order.size, dtype=bool)
+            keep[0] = True
+            np.greater(rising[1:], rising[:-1], out=keep[1:])
+            order = order[keep]
+            order = order[weights[order] <= capacity]
+        else:
+            order = np.flatnonzero(weights <= capacity)
+        source = index = None
+        if traced:
+            sizes = [f.weights.size for _, f, _ in parts]
+            source = np.repeat(np.array([b for b, _, _ in parts], dtype=np.int8), sizes)[order]
+            index = order - np.repeat(np.cumsum([0, *sizes[:-1]]), sizes)[order]
+        following.append(_Front(weights[order], totals[order], source, index))
+    return following
+
+
+class TokenAuction:
+    """The best set of candidates whose weights (tokens) fit ``capacity``.
+
+    The same programme as :class:`CountAuction`, but each state keeps only its Pareto front of
+    (tokens taken, best total): a lighter way to a state that is no worse makes a heavier one
+    useless, whatever follows. So nothing grows with the budget: a front holds at most as many
+    points as distinct sums of candidate tokens, and in practice a few hundred.
+    """
+
+    def __init__(self, line: Line, capacity: int) -> None:
+        self.line, self.capacity, n = line, capacity, len(line.ids)
+        self.forward = self._sweep(line, traced=True)
+        self.backward = self._sweep(line.reversed(), traced=False)
+        ends = (self.forward[n][_OUT], self.forward[n][_ANCHORED])
+        best = [(float(f.totals[-1]), -int(f.weights[-1]), -s) if f.weights.size else
+                (_NONE, 0, -s) for s, f in zip((_OUT, _ANCHORED), ends, strict=True)]  # fmt: skip
+        self.total, _, state = max(best)
+        state = -state
+        index = ends[0 if state == _OUT else 1].weights.size - 1
+        self.picked: set[str] = set()
+        for p in range(n - 1, -1, -1):
+            front = self.forward[p + 1][state]
+            if state != _OUT:
+                self.picked.add(line.ids[p])
+            source, came = front.source, front.index
+            if source is None or came is None:  # pragma: no cover - the forward sweep traces
+                raise RuntimeError("the forward sweep kept no way back")
+            state, index = int(source[index]), int(came[index])
+
+    def _sweep(self, line: Line, traced: bool) -> list[list[_Front]]:
+        start = _Front(np.zeros(1, dtype=np.int64), np.zeros(1))
+        fronts: list[list[_Front]] = [[start, _EMPTY, _EMPTY]]
+        for p, bids in enumerate(line.bids()):
+            fronts.append(_front_step(fronts[p], bids, line.weights[p], self.capacity, traced))
+        return fronts
+
+    def flipped(self) -> dict[int, float]:
+        """For each neighbour's position, the best total with its verdict reversed."""
+        line, n, result = self.line, len(self.line.ids), {}
+        ends = line.ends()
+        for p in (p for p in range(n) if not line.hits[p]):
+            left, right = self.forward[p], self.backward[n - 1 - p]
+            after = 0.0 if ends[p] else line.joins[p + 1]
+            closed_left = [(left[_OUT], 0.0), (left[_ANCHORED], 0.0)]
+            closed_right = [(right[_OUT], 0.0), (right[_ANCHORED], 0.0)]
+            if line.ids[p] in self.picked:
+                result[p] = _front_max(closed_left, closed_right, self.capacity)
+                continue
+            holds = [] if line.starts[p] else [(left[_ANCHORED], line.joins[p])]
+            opens = [] if line.starts[p] else [(left[_OPEN], line.joins[p])]
+            fresh = closed_left if line.starts[p] else [(left[_OUT], 0.0)]
+            stops = closed_right if ends[p] else [(right[_OUT], 0.0)]
+            holds_after = [] if ends[p] else [(right[_ANCHORED], after)]
+            goes_on = [] if ends[p] else [(right[_OPEN], after)]
+            room = self.capacity - line.weights[p]
+            result[p] = line.values[p] + max(
+                _front_max(holds, stops + goes_on + holds_after, room),
+                _front_max(fresh + opens, holds_after, room),
+            )
+        return result
+
+
+def _front_max(
+    left: Sequence[tuple[_Front, float]], right: Sequence[tuple[_Front, float]], room: int
+) -> float:
+    """The best ``a + x + b + y``, ``a`` of a left front, ``b`` of a right one, weights <= ``room``.
+
+    ``x`` and ``y`` are what each front's points are raised by.
+    """
+    best = _NONE
+    if room < 0:
+        return best
+    for front, extra in left:
+        if not front.weights.size:
+            continue
+        for other, more in right:
+            if not other.weights.size:
+                continue
+            at = np.searchsorted(other.weights, room - front.weights, side="right") - 1
+            fits = at >= 0
+            if fits.any():
+                sums = (front.totals[fits] + extra) + (other.totals[at[fits]] + more)
+                best = max(best, float(sums.max()))
+    return best
