@@ -46,9 +46,9 @@ import numpy as np
 from keep_sweep import SETS, dev_embedder, document_vectors  # the dev sets, as in --bench
 from never_worse import GOAL_BARS, bars_text, goals
 
-from scar_core import suggest_continuity_bonus
-from scar_core.cache import EmbeddingCache
-from scar_core.eval import (
+from scar_tools.cache import EmbeddingCache
+from scar_tools.calibration import suggest_continuity_bonus
+from scar_tools.eval import (
     create_method,
     load_benchmark,
     prepare_benchmark,

@@ -25,12 +25,12 @@ import numpy as np
 from keep_sweep import SETS  # beside this file
 from rank_bm25 import BM25Okapi
 
-from scar_core.cache import EmbeddingCache
-from scar_core.eval import embedder_for, load_benchmark, prepare_benchmark, run_methods
-from scar_core.eval.methods import QueryContext
-from scar_core.eval.metrics import summarize
 from scar_core.selection import Selected, Selection
 from scar_core.settings import BudgetSettings
+from scar_tools.cache import EmbeddingCache
+from scar_tools.eval import embedder_for, load_benchmark, prepare_benchmark, run_methods
+from scar_tools.eval.methods import QueryContext
+from scar_tools.eval.metrics import summarize
 
 BUDGETS = (3, 5, 7, 10, 12, 15)
 SCOPES = ("document", "corpus")

@@ -2,7 +2,7 @@
 
 On the dev sets (PrivacyQA, ContractNLI, paper4_dev; 500-character chunks, all-MiniLM-L6-v2 from
 the vector cache, whole-corpus scope), every query is answered by ``budgetB`` at each budget B
-three ways: ``scar eval``'s path (:mod:`scar_core.eval.methods`), ``SCARRetriever`` over an
+three ways: ``scar eval``'s path (:mod:`scar_tools.eval.methods`), ``SCARRetriever`` over an
 ``InMemoryVectorStore`` and ``SCARNodePostprocessor`` over a ``VectorStoreIndex``. The chunk ids
 each returns, in order, are saved as JSON; ``--compare`` checks them against a saved run::
 
@@ -48,8 +48,8 @@ class _Cached:
 
 def _prepared(bench: Path, name: str, cache_dirs: list[Path]) -> Any:
     """The set chunked and ranked, from the first of ``cache_dirs`` that holds its vectors."""
-    from scar_core.cache import EmbeddingCache
-    from scar_core.eval import load_benchmark, prepare_benchmark
+    from scar_tools.cache import EmbeddingCache
+    from scar_tools.eval import load_benchmark, prepare_benchmark
 
     questions, corpus = SETS[name]
     benchmark = load_benchmark(bench / questions, bench / corpus)
@@ -62,7 +62,7 @@ def _prepared(bench: Path, name: str, cache_dirs: list[Path]) -> Any:
         except RuntimeError:
             if number == len(cache_dirs):
                 break
-    from scar_core.eval import embedder_for  # not cached: embed once, into the first cache
+    from scar_tools.eval import embedder_for  # not cached: embed once, into the first cache
 
     return prepare_benchmark(
         benchmark, embedder_for(None), scope="corpus", cache=EmbeddingCache(cache_dirs[0]),
@@ -71,7 +71,7 @@ def _prepared(bench: Path, name: str, cache_dirs: list[Path]) -> Any:
 
 
 def _core(prepared: Any, queries: range) -> dict[str, list[list[str]]]:
-    from scar_core.eval.methods import REGISTRY
+    from scar_tools.eval.methods import REGISTRY
 
     out: dict[str, list[list[str]]] = {}
     for budget in BUDGETS:

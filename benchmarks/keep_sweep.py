@@ -1,7 +1,7 @@
 """How many hits budget mode should always keep: recall of top-K against budget K over keep = 1..K.
 
 For every dev set, K and keep value s, runs ``top{K}`` and ``budget{K}_s{s}`` (with ``--alpha A``,
-``budget{K}_a{A}_s{s}``; and, for the window check, ``..._w{W}``) through ``scar_core.eval`` and
+``budget{K}_a{A}_s{s}``; and, for the window check, ``..._w{W}``) through ``scar_tools.eval`` and
 prints the tables that choose ``scar_core.settings.default_keep``::
 
     python benchmarks/keep_sweep.py --bench /work/shared/bench --cache-dir ~/.cache/scar-dev \
@@ -25,9 +25,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.cache import EmbeddingCache
-from scar_core.embedders import Embedder
-from scar_core.eval import (
+from scar_core.settings import default_keep
+from scar_tools.cache import EmbeddingCache
+from scar_tools.embedders import Embedder
+from scar_tools.eval import (
     PreparedBenchmark,
     create_method,
     embedder_for,
@@ -35,7 +36,6 @@ from scar_core.eval import (
     prepare_benchmark,
     run_methods,
 )
-from scar_core.settings import default_keep
 
 #: The fixed continuity bonus the keep rule was chosen with (the default before the per-query one).
 FIXED_BONUS = 0.25

@@ -6,7 +6,7 @@ whole corpus), condition and budget B in {3, 5, 7, 10, 12, 15}, runs
 
 * ``top``: the B best chunks;
 * ``prevnext``: LlamaIndex's ``PrevNextNodePostprocessor`` over the ``ceil(B/3)`` best, cut to B
-  (``scar_core.eval.methods.prev_next``);
+  (``scar_tools.eval.methods.prev_next``);
 * ``rse``: dsRAG's relevant segment extraction, ``balanced`` preset, over the B hits (``rseB``;
   only when dsRAG is installed);
 * ``budget``: the shipped default, ``budgetB`` (``SCARRetriever(k=B)``): the segment auction
@@ -114,7 +114,7 @@ class Prepared:
     gold: list[frozenset[int]]  # per query, gold rows
     fragmented: np.ndarray
     scope_rows: list[np.ndarray]
-    prepared: object  # scar_core.eval PreparedBenchmark (for prevnext and rse)
+    prepared: object  # scar_tools.eval PreparedBenchmark (for prevnext and rse)
 
 
 def _rank(vectors: np.ndarray, queries: np.ndarray, scope_rows: list[np.ndarray]) -> list:
@@ -139,8 +139,8 @@ def template(query: str, document_ids: Sequence[str]) -> str:
 
 
 def load_set(bench: Path, name: str, model: str, scope: str, condition: str, cache) -> Prepared:
-    from scar_core.eval import load_benchmark, prepare_benchmark
-    from scar_core.eval.embedding import embed_texts
+    from scar_tools.eval import load_benchmark, prepare_benchmark
+    from scar_tools.eval.embedding import embed_texts
 
     embedder = _embedder(model)
     benchmark_file, corpus = SETS[name]
@@ -460,8 +460,8 @@ def run_rule(data: Prepared, rule: Rule, budget: int) -> np.ndarray:
 
 
 def run_method(data: Prepared, name: str, budget: int) -> np.ndarray:
-    """A ``scar eval`` method by name, through scar_core.eval (top, prevnext, rse, budget)."""
-    from scar_core.eval import create_method
+    """A ``scar eval`` method by name, through scar_tools.eval (top, prevnext, rse, budget)."""
+    from scar_tools.eval import create_method
 
     method = create_method(f"{name}{budget}", budget)
     p = data.prepared
@@ -855,7 +855,7 @@ def main() -> None:
     unknown = [r for r in asked if r not in CANDIDATES]
     if unknown:
         parser.error(f"--rules: unknown {unknown}; choose from {sorted(CANDIDATES)} or shapes")
-    from scar_core.cache import EmbeddingCache
+    from scar_tools.cache import EmbeddingCache
 
     cache = EmbeddingCache(args.cache_dir)
     if args.swaps:

@@ -29,15 +29,15 @@ from pathlib import Path
 import numpy as np
 from keep_sweep import FIXED_BONUS, SETS, dev_embedder, document_vectors  # dev sets
 
-from scar_core import suggest_continuity_bonus
-from scar_core.cache import EmbeddingCache
-from scar_core.eval import (
+from scar_core.settings import DEFAULT_LAMBDA
+from scar_tools.cache import EmbeddingCache
+from scar_tools.calibration import suggest_continuity_bonus
+from scar_tools.eval import (
     create_method,
     load_benchmark,
     prepare_benchmark,
     run_methods,
 )
-from scar_core.settings import DEFAULT_LAMBDA
 
 BUDGETS = (3, 5, 7, 10, 12, 15)
 ALPHAS = (0.05, 0.1, 0.125, 0.15, 0.175, 0.1875, 0.2, 0.225, 0.25, 0.275, 0.3, 0.3125, 0.35, 0.4)

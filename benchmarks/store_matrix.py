@@ -408,7 +408,20 @@ this machine's, for one sync query, and only compare stores with each other.
 {table(HEADER, rows)}
 
 Any other LangChain store is read with `get_by_ids`, without vectors: SCAR then embeds each
-neighbour's text once (cached on disk, keyed by the embedding model) and warns once per store.
+neighbour's text once with the store's own embeddings, keeps it in the retriever's memory (SCAR
+writes nothing to disk) and warns once per store. To keep such vectors across runs, give the
+store cache-backed embeddings (`pip install langchain-classic`):
+
+```python
+from langchain_classic.embeddings import CacheBackedEmbeddings
+from langchain_classic.storage import LocalFileStore
+
+cached = CacheBackedEmbeddings.from_bytes_store(
+    embeddings, LocalFileStore("./embedding-cache"), namespace="my-model", key_encoder="sha256"
+)
+store = MyStore(embedding=cached)  # SCARRetriever(vectorstore=store) embeds through it
+```
+
 `scar_langchain.link_store` links the chunks of the five stores above in place, through their
 own update or upsert, without re-embedding; one class per store (`scar_langchain/stores.py`)
 serves both these writes and the reads above. `QdrantVectorStore` (langchain-qdrant 1.x) takes

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from scar_core.cli import main as scar
+from scar_tools.cli import main as scar
 
 SETS = {  # name: (benchmark file, corpus folder), relative to --bench
     "privacy_qa": ("legalbench-rag/benchmarks/privacy_qa.json", "legalbench-rag/corpus"),

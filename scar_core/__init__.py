@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from scar_core.calibration import suggest_continuity_bonus
 from scar_core.driver import QueryDriver, VectorMemory, distinct_ids
 from scar_core.errors import (
     DataFormatError,
@@ -75,5 +74,4 @@ __all__ = [
     "paper_threshold",
     "select",
     "stitch",
-    "suggest_continuity_bonus",
 ]

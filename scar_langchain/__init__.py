@@ -11,14 +11,12 @@ Install with ``pip install 'scar-retrieval[langchain]'``::
 
 from __future__ import annotations
 
-from scar_langchain.embeddings import SCAREmbeddings
 from scar_langchain.link_store import LinkReport, link_store, replace_documents
 from scar_langchain.links import link_chunks
 from scar_langchain.retriever import SCARRetriever
 
 __all__ = [
     "LinkReport",
-    "SCAREmbeddings",
     "SCARRetriever",
     "link_chunks",
     "link_store",

@@ -10,7 +10,6 @@ Install with ``pip install 'scar-retrieval[llamaindex]'``::
 
 from __future__ import annotations
 
-from scar_llamaindex.embedding import SCAREmbedding
 from scar_llamaindex.postprocessor import SCARNodePostprocessor
 
-__all__ = ["SCAREmbedding", "SCARNodePostprocessor"]
+__all__ = ["SCARNodePostprocessor"]

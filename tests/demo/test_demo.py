@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import scar_core
-from scar_core.cli import main
-from scar_core.demo import (
+import scar_tools
+from scar_tools.cli import main
+from scar_tools.demo import (
     DEMO_K,
     format_demo,
     load_sample,
@@ -29,7 +29,7 @@ def _eval_support_importable(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_sample_is_inside_the_package_and_not_ignored() -> None:
-    package = Path(scar_core.__file__).resolve().parent
+    package = Path(scar_tools.__file__).resolve().parent
     files = [sample_benchmark_path(), *sorted(sample_corpus_dir().iterdir())]
     assert len(files) == 4
     assert all(package in path.resolve().parents for path in files)

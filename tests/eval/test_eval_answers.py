@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from eval_support import QUERIES, HashEmbedder, write_legalbench
 
-from scar_core.cli import main
 from scar_core.errors import MissingDependencyError
-from scar_core.eval import EvalConfig, load_benchmark, run_evaluation
-from scar_core.eval.answers import Answering, ChatModel, judge
+from scar_tools.cli import main
+from scar_tools.eval import EvalConfig, load_benchmark, run_evaluation
+from scar_tools.eval.answers import Answering, ChatModel, judge
 
 pytest.importorskip("openai")
 

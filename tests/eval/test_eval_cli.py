@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from eval_support import QUERIES, write_jsonl, write_legalbench
 
-from scar_core.cli import main
+from scar_tools.cli import main
 
 FAKE = ["--model", "py:eval_support:HashEmbedder", "--no-progress"]
 
 
 def test_help_documents_formats_methods_and_the_budget_promise() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "scar_core.cli", "eval", "--help"],
+        [sys.executable, "-m", "scar_tools.cli", "eval", "--help"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     text = " ".join(completed.stdout.split())
@@ -31,7 +31,7 @@ def test_help_documents_formats_methods_and_the_budget_promise() -> None:
 
 def test_importing_the_cli_stays_light() -> None:
     code = (
-        "import sys; from scar_core.cli import build_parser; build_parser(); "
+        "import sys; from scar_tools.cli import build_parser; build_parser(); "
         "heavy = {'torch', 'sentence_transformers', 'tiktoken', 'langchain_text_splitters', "
         "'matplotlib', 'tqdm'}; print(sorted(heavy & set(sys.modules)))"
     )
@@ -185,8 +185,8 @@ def test_budgets_skip_a_method_whose_extra_is_missing(
 def test_the_bundled_sample_is_chunked_as_the_demo_chunks_it_and_your_data_at_500(
     tmp_path: Path,
 ) -> None:
-    from scar_core.demo import DEMO_CHUNK_SIZE
-    from scar_core.eval.runner import DEFAULT_CHUNK_SIZE
+    from scar_tools.demo import DEMO_CHUNK_SIZE
+    from scar_tools.eval.runner import DEFAULT_CHUNK_SIZE
 
     quick = ["--methods", "topk", "--bootstrap", "0", "--no-sweep", "--no-plot", "--no-cache"]
     assert main(["eval", *quick, "--out", str(tmp_path / "sample"), *FAKE]) == 0

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from eval_support import HashEmbedder, write_legalbench
 
-from scar_core.cli import build_parser, main
 from scar_core.errors import InvalidSettingsError
-from scar_core.eval import PreparedBenchmark, create_method, load_benchmark, prepare_benchmark
-from scar_core.eval.budgets import BUDGETS, budget_methods
-from scar_core.eval.methods import REGISTRY
+from scar_tools.cli import build_parser, main
+from scar_tools.eval import PreparedBenchmark, create_method, load_benchmark, prepare_benchmark
+from scar_tools.eval.budgets import BUDGETS, budget_methods
+from scar_tools.eval.methods import REGISTRY
 
 FAKE = ["--model", "py:eval_support:HashEmbedder", "--no-progress"]
 
@@ -151,8 +151,8 @@ def test_budget_sweep_says_where_scar_is_ahead_of_what_you_have(
 
 
 def test_verdict_counts_queries_won_and_lost_and_flags_a_loss() -> None:
-    from scar_core.eval.budgets import against_what_you_have, render_verdict
-    from scar_core.eval.stats import paired_bootstrap
+    from scar_tools.eval.budgets import against_what_you_have, render_verdict
+    from scar_tools.eval.stats import paired_bootstrap
 
     recalls = {
         "budgetB": {3: np.array([1.0, 0.0, 0.5, 0.5])},

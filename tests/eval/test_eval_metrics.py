@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from scar_core.errors import InvalidSettingsError
-from scar_core.eval import EvalConfig, paired_bootstrap, run_evaluation
-from scar_core.eval.data import Benchmark, EvalQuery, EvidenceSpan
-from scar_core.eval.embedding import token_counter
-from scar_core.eval.metrics import (
+from scar_tools.eval import EvalConfig, paired_bootstrap, run_evaluation
+from scar_tools.eval.data import Benchmark, EvalQuery, EvidenceSpan
+from scar_tools.eval.embedding import token_counter
+from scar_tools.eval.metrics import (
     QueryScores,
     chunk_recall,
     evidence_character_recall,
     merge_intervals,
     summarize,
 )
-from scar_core.eval.stats import paired_bootstrap_many
+from scar_tools.eval.stats import paired_bootstrap_many
 
 
 def test_merge_intervals_joins_overlapping_and_touching_ranges_per_document() -> None:

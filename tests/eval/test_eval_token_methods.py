@@ -6,12 +6,12 @@ import pytest
 from eval_support import HashEmbedder, write_legalbench
 
 from scar_core.errors import InvalidSettingsError
-from scar_core.eval import PreparedBenchmark, create_method, load_benchmark, prepare_benchmark
-from scar_core.eval.embedding import token_counter
-from scar_core.eval.methods import TOKEN_HITS, ChunkTokens, top
-from scar_core.eval.runner import run_methods
 from scar_core.selection import select
 from scar_core.settings import BudgetSettings
+from scar_tools.eval import PreparedBenchmark, create_method, load_benchmark, prepare_benchmark
+from scar_tools.eval.embedding import token_counter
+from scar_tools.eval.methods import TOKEN_HITS, ChunkTokens, top
+from scar_tools.eval.runner import run_methods
 
 
 @pytest.fixture(scope="module")

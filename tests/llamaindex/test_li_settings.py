@@ -4,26 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pytest
-from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import QueryBundle
 from llama_index.core.storage.docstore import SimpleDocumentStore
 from llama_index.core.vector_stores import SimpleVectorStore
 
 from li_support import (
-    QUERY,
     WordHashEmbedding,
     angle,
     docstore_of,
-    documents,
     hash_index,
     linked_nodes,
     scored,
-    splitter,
 )
 from scar_core.errors import InvalidSettingsError
-from scar_llamaindex import SCAREmbedding, SCARNodePostprocessor
+from scar_llamaindex import SCARNodePostprocessor
 
 BUDGET_ONLY = {"keep": 1, "continuity_bonus": 0.0}
 PAPER_ONLY = {"gamma": 0.5, "window": 2, "direction": "next"}
@@ -144,37 +139,3 @@ def test_unknown_or_foreign_settings_are_refused(given: dict[str, Any], named: s
         make(**given)
     with pytest.raises(InvalidSettingsError, match=named):
         SCARNodePostprocessor.from_index(hash_index(WordHashEmbedding()), filters=None, **given)
-
-
-class WordHashEmbedder:
-    """A scar_core Embedder (the protocol SCAREmbedding wraps) over WordHashEmbedding's vectors."""
-
-    model_name = "word-hash-embedder"
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return np.array([WordHashEmbedding().vector(t) for t in texts])
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return np.array(WordHashEmbedding().vector(text))
-
-
-def test_scar_embedding_wraps_a_scar_core_embedder() -> None:
-    embed_model = SCAREmbedding(WordHashEmbedder())
-    assert embed_model.model_name == "word-hash-embedder"
-    assert SCAREmbedding.class_name() == "SCAREmbedding"
-    index = VectorStoreIndex.from_documents(
-        documents(), embed_model=embed_model, transformations=[splitter()]
-    )
-    hits = index.as_retriever(similarity_top_k=3).retrieve(QUERY)
-    output = SCARNodePostprocessor.from_index(index, filters=None).postprocess_nodes(
-        hits, query_str=QUERY
-    )
-    assert len(output) == 3
-    assert embed_model.get_text_embedding("word3x2") == WordHashEmbedding().vector("word3x2")
-
-
-@pytest.mark.model
-async def test_scar_embedding_defaults_to_the_bundled_minilm() -> None:
-    embed_model = SCAREmbedding()
-    assert embed_model.model_name == "sentence-transformers/all-MiniLM-L6-v2"
-    assert len(await embed_model.aget_query_embedding("CCTV retention")) == 384

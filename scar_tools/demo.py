@@ -1,16 +1,16 @@
 """``scar demo``: the shipped default against plain top-K on a sample that ships with the package.
 
-The sample (``scar_core/demo_data``) is three fictional documents (a payments API reference, a
+The sample (``scar_tools/demo_data``) is three fictional documents (a payments API reference, a
 data-retention policy, a services contract) and fifteen questions whose gold evidence is given as
 character spans in the LegalBench-RAG format; most need a rule and its exception, or a table header
 and its values, that a small splitter puts in different chunks.
 
-The demo is an evaluation run (:func:`scar_core.eval.run_evaluation`) on that sample with four
+The demo is an evaluation run (:func:`scar_tools.eval.run_evaluation`) on that sample with four
 methods at the same ``K``: ``topk`` (plain top-K), ``default`` (``SCARRetriever(k=K)``: budget
 mode), ``static1`` and ``scar1`` (the paper's rule), followed by a compact printout of every
 question. From Python::
 
-    from scar_core.demo import format_demo, run_demo
+    from scar_tools.demo import format_demo, run_demo
     print(format_demo(run_demo()))
 """
 
@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scar_core.errors import DataFormatError
-from scar_core.eval.data import Benchmark, read_legalbench
-from scar_core.eval.runner import EvalConfig, EvalResults, run_evaluation
 from scar_core.scoring import CONTINUITY_CAP, CONTINUITY_RANKS
 from scar_core.settings import DEFAULT_LAMBDA, BudgetSettings
+from scar_tools.eval.data import Benchmark, read_legalbench
+from scar_tools.eval.runner import EvalConfig, EvalResults, run_evaluation
 
 if TYPE_CHECKING:
-    from scar_core.cache import EmbeddingCache
-    from scar_core.embedders import Embedder
+    from scar_tools.cache import EmbeddingCache
+    from scar_tools.embedders import Embedder
 
 __all__ = [
     "DEMO_CHUNK_SIZE",
@@ -52,7 +52,7 @@ DEMO_METHODS = {"topk": "top-K", "default": "default", "static1": "static ±1", 
 
 
 def _data_dir() -> Path:
-    folder = resources.files("scar_core").joinpath("demo_data")
+    folder = resources.files("scar_tools").joinpath("demo_data")
     if not isinstance(folder, Path) or not folder.is_dir():
         raise DataFormatError(
             f"the bundled sample is not a folder on disk ({folder!s}); reinstall scar-retrieval "
@@ -72,7 +72,7 @@ def sample_corpus_dir() -> Path:
 
 
 def load_sample() -> Benchmark:
-    """Read the bundled sample as a :class:`~scar_core.eval.data.Benchmark` named ``sample``."""
+    """Read the bundled sample as a :class:`~scar_tools.eval.data.Benchmark` named ``sample``."""
     return read_legalbench(sample_benchmark_path(), sample_corpus_dir(), name="sample")
 
 
@@ -102,7 +102,7 @@ def run_demo(
         k=k, chunk_size=chunk_size, methods=tuple(DEMO_METHODS), n_resamples=0, sweep=False
     )
     if embedder is None:
-        from scar_core.embedders import default_embedder
+        from scar_tools.embedders import default_embedder
 
         embedder = default_embedder()
     return run_evaluation(load_sample(), embedder, config, cache=cache, show_progress=show_progress)

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
-from scar_core.eval.embedding import progress, token_counter
-from scar_core.eval.methods import REGISTRY
-from scar_core.eval.stats import paired_bootstrap
 from scar_core.passages import stitch
+from scar_tools.eval.embedding import progress, token_counter
+from scar_tools.eval.methods import REGISTRY
+from scar_tools.eval.stats import paired_bootstrap
 
 if TYPE_CHECKING:
-    from scar_core.eval.runner import EvalResults
+    from scar_tools.eval.runner import EvalResults
 
 __all__ = ["ANSWER_PROMPT", "JUDGE_PROMPT", "Answering", "ChatModel", "answering_from_args",
            "judge", "render_answers"]  # fmt: skip
@@ -180,7 +180,7 @@ class Answering:
     def run(self, results: EvalResults, say: Callable[[str], object] = print, *,
             show_progress: bool = False) -> None:  # fmt: skip
         """Answer, grade, set ``results.answers`` and ``.answer_rows``; a refused key raises."""
-        from scar_core.eval.runner import run_methods
+        from scar_tools.eval.runner import run_methods
 
         prepared, model = results.prepared, self.model
         missing = {n: REGISTRY.create(n, self.k) for n in self.methods if n not in results.runs}
@@ -274,7 +274,7 @@ class Answering:
         )
         totals = {t: sum(r.get(t) or 0 for r in records.values()) for t in usage}
         return {"model": self.model.spec, "base_url": self.model.base_url,
-                "judge": "JUDGE_PROMPT of scar_core/eval/answers.py (docs/answers.md)",
+                "judge": "JUDGE_PROMPT of scar_tools/eval/answers.py (docs/answers.md)",
                 "queries": len(indices), "methods": summary, "reference": reference,
                 "bootstrap": boot or None, "failed": {"count": len(failed), "items": failed},
                 "calls": {"made": self.model.made, "cached": self.model.cached},

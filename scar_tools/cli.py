@@ -79,8 +79,8 @@ def _at_least(minimum: int) -> Any:
 
 
 def _add_eval(subparsers: Any) -> None:
-    from scar_core.eval.budgets import BUDGET_METHODS, BUDGETS
-    from scar_core.eval.runner import DEFAULT_METHODS
+    from scar_tools.eval.budgets import BUDGET_METHODS, BUDGETS
+    from scar_tools.eval.runner import DEFAULT_METHODS
 
     parser = subparsers.add_parser(
         "eval", help="measure SCAR against baselines on a benchmark with gold spans",
@@ -137,7 +137,7 @@ def _add_common(parser: argparse.ArgumentParser, handler: Any) -> None:
 
 
 def _add_demo(subparsers: Any) -> None:
-    from scar_core.demo import DEMO_CHUNK_SIZE, DEMO_K
+    from scar_tools.demo import DEMO_CHUNK_SIZE, DEMO_K
 
     parser = subparsers.add_parser(
         "demo", help="run SCAR offline on the bundled sample and show what it changes",
@@ -171,25 +171,25 @@ def build_parser() -> argparse.ArgumentParser:
 def _cache(args: argparse.Namespace) -> Any:
     if args.no_cache or (args.command == "demo" and args.cache_dir is None):
         return None  # the demo's 70 texts are embedded in seconds; it writes nothing by default
-    from scar_core.cache import EmbeddingCache
+    from scar_tools.cache import EmbeddingCache
 
     return EmbeddingCache(directory=args.cache_dir)
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from scar_core.demo import DEMO_CHUNK_SIZE, load_sample
     from scar_core.errors import DataFormatError
-    from scar_core.eval import DEFAULT_METHODS, EvalConfig, embedder_for, load_benchmark
-    from scar_core.eval.answers import answering_from_args
-    from scar_core.eval.budgets import (
+    from scar_tools.demo import DEMO_CHUNK_SIZE, load_sample
+    from scar_tools.eval import DEFAULT_METHODS, EvalConfig, embedder_for, load_benchmark
+    from scar_tools.eval.answers import answering_from_args
+    from scar_tools.eval.budgets import (
         RIVAL_TEMPLATES,
         budget_methods,
         budget_sweep,
         installed_budget_methods,
     )
-    from scar_core.eval.methods import REGISTRY
-    from scar_core.eval.report import write_outputs
-    from scar_core.eval.runner import DEFAULT_CHUNK_SIZE, run_evaluation
+    from scar_tools.eval.methods import REGISTRY
+    from scar_tools.eval.report import write_outputs
+    from scar_tools.eval.runner import DEFAULT_CHUNK_SIZE, run_evaluation
 
     names = [m.strip() for m in (args.methods or "").split(",") if m.strip()]
     chunk_size = args.chunk_size or (
@@ -240,8 +240,8 @@ def _run_eval(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from scar_core.demo import format_demo, run_demo
-    from scar_core.eval import embedder_for, write_outputs
+    from scar_tools.demo import format_demo, run_demo
+    from scar_tools.eval import embedder_for, write_outputs
 
     results = run_demo(args.k, args.chunk_size, embedder=embedder_for(args.model),
                        cache=_cache(args), show_progress=not args.no_progress)  # fmt: skip

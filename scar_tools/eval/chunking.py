@@ -15,8 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from scar_core.errors import DataFormatError, InvalidSettingsError, missing_dependency
-from scar_core.eval.data import EvalQuery
 from scar_core.links import chunk_id_for, link_sequence
+from scar_tools.eval.data import EvalQuery
 
 __all__ = ["ChunkedCorpus", "EvalChunk", "Splitter", "chunk_corpus", "recursive_character_splitter"]
 

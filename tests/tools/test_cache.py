@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scar_core.cache import MAX_SEGMENTS, CachedEmbedder, EmbeddingCache
-from scar_core.embedders import Embedder
 from scar_core.errors import DataFormatError, EmbeddingError
+from scar_tools.cache import MAX_SEGMENTS, CachedEmbedder, EmbeddingCache
+from scar_tools.embedders import Embedder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL = "toy/hash-8"
@@ -208,7 +208,7 @@ WRITER = textwrap.dedent(
     """
     import hashlib, sys
     import numpy as np
-    from scar_core.cache import EmbeddingCache
+    from scar_tools.cache import EmbeddingCache
 
     def vector_of(text):
         digest = hashlib.sha256(text.encode()).digest()

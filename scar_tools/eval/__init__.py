@@ -3,8 +3,8 @@
 ``scar eval`` runs :func:`run_evaluation` and writes its outputs with :func:`write_outputs`. The
 same pieces work from Python::
 
-    from scar_core.cache import EmbeddingCache
-    from scar_core.eval import EvalConfig, embedder_for, load_benchmark, run_evaluation
+    from scar_tools.cache import EmbeddingCache
+    from scar_tools.eval import EvalConfig, embedder_for, load_benchmark, run_evaluation
     benchmark = load_benchmark("paper4_dev.json", "corpus/")
     results = run_evaluation(benchmark, embedder_for(None), EvalConfig(k=5), cache=EmbeddingCache())
     results.summary("fragmented")["default"].recall
@@ -15,12 +15,12 @@ Importing this package needs numpy only; LangChain's splitter, tiktoken, tqdm, m
 
 from __future__ import annotations
 
-from scar_core.eval.chunking import ChunkedCorpus, chunk_corpus
-from scar_core.eval.data import Benchmark, EvalQuery, EvidenceSpan, load_benchmark
-from scar_core.eval.embedding import embedder_for
-from scar_core.eval.methods import REGISTRY, QueryContext, create_method, register_method
-from scar_core.eval.report import write_outputs
-from scar_core.eval.runner import (
+from scar_tools.eval.chunking import ChunkedCorpus, chunk_corpus
+from scar_tools.eval.data import Benchmark, EvalQuery, EvidenceSpan, load_benchmark
+from scar_tools.eval.embedding import embedder_for
+from scar_tools.eval.methods import REGISTRY, QueryContext, create_method, register_method
+from scar_tools.eval.report import write_outputs
+from scar_tools.eval.runner import (
     DEFAULT_METHODS,
     EvalConfig,
     EvalResults,
@@ -29,7 +29,7 @@ from scar_core.eval.runner import (
     run_evaluation,
     run_methods,
 )
-from scar_core.eval.stats import paired_bootstrap
+from scar_tools.eval.stats import paired_bootstrap
 
 __all__ = [
     "DEFAULT_METHODS", "REGISTRY", "Benchmark", "ChunkedCorpus", "EvalConfig", "EvalQuery",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from scar_core.errors import missing_dependency
-from scar_core.eval.runner import GROUPS, EvalResults
+from scar_tools.eval.runner import GROUPS, EvalResults
 
 __all__ = ["plot_pareto", "render_markdown", "write_outputs"]
 
@@ -98,11 +98,11 @@ def render_markdown(payload: Mapping[str, Any]) -> str:
             lines.append(f"- {label}: {', '.join(cells)}")
         lines.append("")
     if payload.get("answers"):
-        from scar_core.eval.answers import render_answers
+        from scar_tools.eval.answers import render_answers
 
         lines += render_answers(payload["answers"])
     if payload.get("budgets"):
-        from scar_core.eval.budgets import render_budgets
+        from scar_tools.eval.budgets import render_budgets
 
         lines += render_budgets(payload["budgets"])
     return "\n".join(lines)
@@ -175,7 +175,7 @@ def write_outputs(
     if plot and payload.get("sweep"):
         written["plot"] = plot_pareto(payload, out / "pareto.png")
     if plot and payload.get("budgets"):
-        from scar_core.eval.budgets import plot_budgets
+        from scar_tools.eval.budgets import plot_budgets
 
         written["budgets"] = plot_budgets(payload["budgets"], out / "budgets.png",
                                           payload["benchmark"]["name"])  # fmt: skip

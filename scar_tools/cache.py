@@ -9,7 +9,7 @@ rewritten in place, so two processes writing at once lose nothing. When a model 
 deletes the segments it merged. A segment that cannot be read is reported with a warning, deleted,
 and its vectors are recomputed: corruption costs time, never a wrong vector.
 
-:class:`CachedEmbedder` wraps any :class:`~scar_core.embedders.Embedder` so that each document text
+:class:`CachedEmbedder` wraps any :class:`~scar_tools.embedders.Embedder` so that each document text
 is embedded once, whichever process or instance embedded it first.
 """
 
@@ -33,7 +33,7 @@ import numpy as np
 from scar_core.errors import DataFormatError, EmbeddingError
 
 if TYPE_CHECKING:
-    from scar_core.embedders import Embedder
+    from scar_tools.embedders import Embedder
 
 __all__ = ["MAX_SEGMENTS", "CachedEmbedder", "EmbeddingCache"]
 
@@ -207,7 +207,7 @@ class EmbeddingCache:
 
 
 class CachedEmbedder:
-    """An :class:`~scar_core.embedders.Embedder` that embeds each document text only once.
+    """An :class:`~scar_tools.embedders.Embedder` that embeds each document text only once.
 
     Document vectors go through an :class:`EmbeddingCache` under the inner embedder's
     ``model_name``; queries pass straight through (each is usually new).

@@ -10,12 +10,12 @@ import numpy as np
 import numpy.typing as npt
 
 from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
-from scar_core.eval.methods import Method, MethodRegistry
-from scar_core.eval.metrics import summarize
-from scar_core.eval.stats import paired_bootstrap
+from scar_tools.eval.methods import Method, MethodRegistry
+from scar_tools.eval.metrics import summarize
+from scar_tools.eval.stats import paired_bootstrap
 
 if TYPE_CHECKING:
-    from scar_core.eval.runner import PreparedBenchmark
+    from scar_tools.eval.runner import PreparedBenchmark
 
 __all__ = ["BUDGETS", "BUDGET_METHODS", "against_what_you_have", "budget_methods", "budget_sweep",
            "installed_budget_methods", "plot_budgets", "render_budgets", "render_verdict"]  # fmt: skip
@@ -73,7 +73,7 @@ def budget_sweep(
     With ``budgetB`` and ``topB`` or ``prevnextB`` among them, ``verdict`` holds
     :func:`against_what_you_have`, with a paired bootstrap interval of ``n_resamples`` (none at 0).
     """
-    from scar_core.eval.runner import run_methods
+    from scar_tools.eval.runner import run_methods
 
     flat = {name: method for row in methods.values() for name, method in row.values()}
     runs = run_methods(prepared, flat, 1)

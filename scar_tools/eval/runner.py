@@ -9,13 +9,13 @@ Protocol (defaults of :class:`EvalConfig`):
    dropped has no gold chunk; it is excluded and counted.
 3. Chunks and queries are embedded (through the vector cache) and every chunk of the query's scope
    (its evidence's documents, or the whole corpus) is ranked by cosine, ties by chunk order.
-4. Every method (:mod:`scar_core.eval.methods`) selects chunks per query through
+4. Every method (:mod:`scar_tools.eval.methods`) selects chunks per query through
    :func:`scar_core.selection.select`; chunk recall, evidence-character recall, unique chunks and
    tokens are recorded per query and averaged per group (``fragmented``, ``atomic``, ``all``).
    **Tokens** are cl100k_base tokens of the context an LLM would read: each passage of the
    selection stitched with :func:`scar_core.passages.stitch`, tokens summed over passages.
 5. The reference method is compared with every other by a paired bootstrap
-   (:mod:`scar_core.eval.stats`) on each metric and group.
+   (:mod:`scar_tools.eval.stats`) on each metric and group.
 6. A sweep traces recall against chunks for top-B over B, the static window over W, the paper's
    rule over γ and budget mode over B.
 """
@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.embedders import Embedder
 from scar_core.errors import InvalidSettingsError
-from scar_core.eval.chunking import ChunkedCorpus, Splitter, chunk_corpus
-from scar_core.eval.data import Benchmark, EvalQuery
-from scar_core.eval.embedding import embed_texts, progress
-from scar_core.eval.methods import REGISTRY, Method, MethodRegistry, QueryContext
-from scar_core.eval.metrics import (
+from scar_core.selection import Chunk, Selection
+from scar_tools.embedders import Embedder
+from scar_tools.eval.chunking import ChunkedCorpus, Splitter, chunk_corpus
+from scar_tools.eval.data import Benchmark, EvalQuery
+from scar_tools.eval.embedding import embed_texts, progress
+from scar_tools.eval.methods import REGISTRY, Method, MethodRegistry, QueryContext
+from scar_tools.eval.metrics import (
     Interval,
     MethodSummary,
     PassageTokens,
@@ -45,11 +46,10 @@ from scar_core.eval.metrics import (
     merge_intervals,
     summarize,
 )
-from scar_core.eval.stats import DEFAULT_RESAMPLES, paired_bootstrap_many
-from scar_core.selection import Chunk, Selection
+from scar_tools.eval.stats import DEFAULT_RESAMPLES, paired_bootstrap_many
 
 if TYPE_CHECKING:
-    from scar_core.cache import EmbeddingCache
+    from scar_tools.cache import EmbeddingCache
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -82,7 +82,7 @@ class EvalConfig:
         k: ``--k``: seeds of ``topk``/``staticW``/``scarW``, budget of ``default``.
         chunk_size: Characters per chunk.
         chunk_overlap: Characters shared by consecutive chunks.
-        methods: Method names (see :mod:`scar_core.eval.methods`).
+        methods: Method names (see :mod:`scar_tools.eval.methods`).
         reference: The method every other is compared with in the bootstrap; ``None`` means
             ``default`` when it is run, else the first method.
         n_resamples: Bootstrap resamples; 0 skips the bootstrap.
@@ -290,9 +290,9 @@ class EvalResults:
         bootstrap: The paired comparisons with the reference, or ``None``.
         sweep: ``label -> method -> group -> means`` of the sweep's curves, or ``None``.
         timings: Seconds per stage.
-        answers: The answers section (:mod:`scar_core.eval.answers`), or ``None``.
+        answers: The answers section (:mod:`scar_tools.eval.answers`), or ``None``.
         answer_rows: ``query index -> method -> answer record`` of the answered queries.
-        budgets: Recall against the budget (:func:`scar_core.eval.budgets.budget_sweep`), or ``None``.
+        budgets: Recall against the budget (:func:`scar_tools.eval.budgets.budget_sweep`), or ``None``.
     """
 
     config: dict[str, Any]
@@ -392,8 +392,8 @@ def run_evaluation(
     """Run the whole protocol (see the module docstring) on one benchmark.
 
     Args:
-        benchmark: Queries and documents (see :mod:`scar_core.eval.data`).
-        embedder: Any :class:`~scar_core.embedders.Embedder`.
+        benchmark: Queries and documents (see :mod:`scar_tools.eval.data`).
+        embedder: Any :class:`~scar_tools.embedders.Embedder`.
         config: The run's settings; :class:`EvalConfig` defaults when omitted.
         cache: The vector cache; ``None`` embeds everything now.
         registry: Where method names are looked up.

@@ -51,8 +51,6 @@ import numpy as np
 import numpy.typing as npt
 
 from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
-from scar_core.eval.chunking import ChunkedCorpus
-from scar_core.eval.embedding import token_counter
 from scar_core.selection import Chunk, Selection, fill_in_order, select
 from scar_core.settings import (
     DEFAULT_BUDGET_WINDOW,
@@ -62,6 +60,8 @@ from scar_core.settings import (
     PaperSettings,
     estimate_tokens,
 )
+from scar_tools.eval.chunking import ChunkedCorpus
+from scar_tools.eval.embedding import token_counter
 
 __all__ = [
     "DEFAULT_PARENT_SIZE",

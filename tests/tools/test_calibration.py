@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from scar_core import InvalidSettingsError, suggest_continuity_bonus
+from scar_core import InvalidSettingsError
+from scar_tools.calibration import suggest_continuity_bonus
 
 
 def naive(documents, factor):
