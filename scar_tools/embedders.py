@@ -173,11 +173,19 @@ def default_embedder() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder()
 
 
+def scrub_secrets(text: str, api_key: str | None) -> str:
+    """Return ``text``, cut to 300 characters, without the API key or anything like one.
+
+    Credentials in a URL (``//user:pass@host``) are removed too.
+    """
+    text = text.replace(api_key, "***") if api_key else text
+    return re.sub(r"//[^/@\s]*@", "//", re.sub(r"\b(sk|key)-[\w*.\-]+", r"\1-***", text))[:300]
+
+
 def _describe(error: Exception, api_key: str | None) -> str:
     """Describe an openai error without the API key or anything that looks like one."""
     status = getattr(error, "status_code", None)
-    message = str(error).replace(api_key, "***") if api_key else str(error)
-    message = re.sub(r"\b(sk|key)-[\w*.\-]+", r"\1-***", message)[:300]
+    message = scrub_secrets(str(error), api_key)
     return (
         type(error).__name__ + (f", HTTP {status}" if status is not None else "") + f": {message}"
     )

@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 
 from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
 from scar_core.passages import stitch
+from scar_tools.embedders import scrub_secrets
 from scar_tools.eval.embedding import progress, token_counter
 from scar_tools.eval.methods import REGISTRY
 from scar_tools.eval.stats import paired_bootstrap
@@ -53,11 +53,6 @@ METRICS = ("faithfulness", "correctness", "prompt_tokens", "completion_tokens")
 _ABORT = ("AuthenticationError", "PermissionDeniedError", "NotFoundError", "APIConnectionError",
           "APITimeoutError")  # fmt: skip
 Task = tuple[int, str, str, str, str]  # query index, method, question, context, reference
-
-
-def _scrub(text: str, key: str) -> str:  # no key, nothing like one, no credentials in a URL
-    text = text.replace(key, "***") if key else text
-    return re.sub(r"//[^/@\s]*@", "//", re.sub(r"\b(sk|key)-[\w*.\-]+", r"\1-***", text))[:300]
 
 
 def _ask(task: Task) -> list[dict[str, str]]:
@@ -90,7 +85,7 @@ class ChatModel:
             raise InvalidSettingsError("set OPENAI_API_KEY, or give --base-url of a local server.")
         self.openai, self.spec = openai, spec
         self.client = openai.OpenAI(api_key=self.key, base_url=base_url, max_retries=max_retries)
-        self.base_url = _scrub(str(self.client.base_url), self.key)
+        self.base_url = scrub_secrets(str(self.client.base_url), self.key)
         self.cache_path, self.cache, self.made, self.cached = cache_path, dict[str, Any](), 0, 0
         saved = cache_path.read_text("utf-8") if cache_path and cache_path.is_file() else ""
         for line in saved.splitlines():
@@ -207,7 +202,7 @@ class Answering:
                 faithful, correct, judgement = judge(graded["content"])
                 record.update(faithfulness=faithful, correctness=correct, judgement=judgement)
             except (model.openai.OpenAIError, ValueError) as exc:
-                why = _scrub(f"{type(exc).__name__}: {exc}", model.key)
+                why = scrub_secrets(f"{type(exc).__name__}: {exc}", model.key)
                 if type(exc).__name__ in _ABORT:
                     raise InvalidSettingsError(
                         f"{model.spec} at {model.base_url}: {why}. Check that the server is "
