@@ -18,6 +18,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import NodeRelationship, QueryBundle, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores import SimpleVectorStore
+from pydantic import Field
 
 from lc_stores import CountingEmbeddings, make_corpus
 from li_support import WordHashEmbedding
@@ -240,22 +241,21 @@ def test_llamaindex_embeds_a_repeated_query_once() -> None:
     assert first == second
 
 
-#: The nodes FlakyAsyncStore serves, its aget_nodes calls, and the failures it has left.
-FLAKY: dict[str, Any] = {"nodes": {}, "calls": 0, "failures": 1}
-
-
 class FlakyAsyncStore(SimpleVectorStore):
     """Keeps text and answers ``aget_nodes``, which fails once with a time-out."""
 
     stores_text: bool = True
+    served: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    calls: int = 0
+    failures: int = 1
 
     def get_nodes(self, node_ids: list[str] | None = None, **kwargs: Any) -> list[Any]:
-        return [FLAKY["nodes"][i] for i in node_ids or [] if i in FLAKY["nodes"]]
+        return [self.served[i] for i in node_ids or [] if i in self.served]
 
     async def aget_nodes(self, node_ids: list[str] | None = None, **kwargs: Any) -> list[Any]:
-        FLAKY["calls"] += 1
-        if FLAKY["failures"]:
-            FLAKY["failures"] -= 1
+        self.calls += 1
+        if self.failures:
+            self.failures -= 1
             raise TimeoutError("the store took too long")
         return self.get_nodes(node_ids)
 
@@ -266,18 +266,16 @@ def test_one_failed_aget_nodes_does_not_switch_to_sync_reads_for_good() -> None:
         n.model_copy(update={"embedding": CORPUS.vectors[n.get_content()]})
         for n in index.docstore.docs.values()
     ]
-    FLAKY.update(nodes={n.node_id: n for n in nodes}, calls=0, failures=1)
-    scar = SCARNodePostprocessor(
-        vector_store=FlakyAsyncStore(), filters=None, embed_model=WordHashEmbedding()
-    )
+    store = FlakyAsyncStore(served={n.node_id: n for n in nodes})
+    scar = SCARNodePostprocessor(vector_store=store, filters=None, embed_model=WordHashEmbedding())
     query = next(iter(CORPUS.queries))
     hits = index.as_retriever(similarity_top_k=4).retrieve(query)
     bundle = QueryBundle(query, embedding=CORPUS.queries[query])
     with pytest.warns(UserWarning, match="aget_nodes failed.*TimeoutError"):
         first = asyncio.run(scar.apostprocess_nodes(hits, bundle))
-    calls = FLAKY["calls"]
+    calls = store.calls
     assert asyncio.run(scar.apostprocess_nodes(hits, bundle)) == first
-    assert FLAKY["calls"] > calls  # the async read is tried again, and works
+    assert store.calls > calls  # the async read is tried again, and works
 
 
 def test_langchain_faiss_over_an_ivf_index_falls_back_and_says_how_to_fix_it() -> None:

@@ -28,8 +28,6 @@ from scar_tools.cli import main
 from scar_tools.eval import EvalConfig, load_benchmark, run_evaluation
 from scar_tools.eval.answers import Answering, ChatModel, judge
 
-pytest.importorskip("openai")
-
 KEY = "sk-secret-test"
 FAKE = ["--model", "py:eval_support:HashEmbedder", "--no-progress"]
 #: The README's "Answer quality" command; the test runs it with the fixture's paths.

@@ -65,7 +65,6 @@ def test_rse_is_dsrags_segments_filled_to_exactly_b(prepared: PreparedBenchmark,
 def test_prev_next_is_llamaindex_prev_next_postprocessor_cut_to_b(
     prepared: PreparedBenchmark, budget: int
 ) -> None:
-    pytest.importorskip("llama_index.core", reason="LlamaIndex is not installed")
     from llama_index.core.postprocessor import PrevNextNodePostprocessor
     from llama_index.core.schema import NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
     from llama_index.core.storage.docstore import SimpleDocumentStore

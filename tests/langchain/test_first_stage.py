@@ -37,7 +37,6 @@ with warnings.catch_warnings():
     )
     from langchain_community.retrievers import BM25Retriever
 
-pytest.importorskip("rank_bm25")
 
 QUERY = "What does part 2 of the topic3 document cover? word3x2 word3x3"
 

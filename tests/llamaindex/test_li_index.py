@@ -149,8 +149,10 @@ def test_in_a_query_engine(index: VectorStoreIndex) -> None:
 
 @pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
 def test_qdrant_gives_nodes_with_vectors_and_a_sync_only_client_still_serves_async() -> None:
-    qdrant = pytest.importorskip("llama_index.vector_stores.qdrant")
-    client = pytest.importorskip("qdrant_client").QdrantClient(location=":memory:")
+    import llama_index.vector_stores.qdrant as qdrant
+    import qdrant_client
+
+    client = qdrant_client.QdrantClient(location=":memory:")
     embed_model = WordHashEmbedding()
     store = qdrant.QdrantVectorStore(client=client, collection_name="scar")
     index = VectorStoreIndex.from_documents(

@@ -45,8 +45,9 @@ def run(**settings: object) -> list:
 
 
 def test_budget_mode_spends_the_weakest_hit_on_the_continuation() -> None:
-    # keep = 2 (a2, b1). The third slot: a3 joined to a2 bids S + 0.25 = 1.15, above c0's 0.45
-    # and a1's 0.31 + 0.25 - 0.1 b. Hits keep their scores; a3 gets cos 25°.
+    # keep = 2 (a2, b1). The third slot: a3, joined to a2, bids S + alpha (this query's
+    # continuity bonus), above c0's cos 65° and a1's cos 80° + alpha - 0.1 b. Hits keep their
+    # scores; a3 gets cos 25°.
     output = run()
     assert ids_and_scores(output) == [
         ("a2", 0.91),

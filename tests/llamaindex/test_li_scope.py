@@ -41,10 +41,6 @@ from scar_core.errors import InvalidSettingsError, MissingQueryError
 from scar_llamaindex import SCARNodePostprocessor
 from scar_llamaindex.reads import reader_for
 
-pytest.importorskip("chromadb")
-pytest.importorskip("llama_index.vector_stores.chroma")
-pytest.importorskip("llama_index.vector_stores.qdrant")
-
 BUNDLE = QueryBundle(GUARDED_QUERY)
 
 
@@ -81,7 +77,7 @@ async def test_two_indexes_sharing_a_storage_context_keep_their_own_nodes(kind: 
 
 
 def _faiss_store() -> Any:
-    faiss = pytest.importorskip("faiss")
+    import faiss
     from llama_index.vector_stores.faiss import FaissVectorStore
 
     return FaissVectorStore(faiss_index=faiss.IndexFlatIP(WordHashEmbedding().size))

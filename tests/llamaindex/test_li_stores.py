@@ -46,12 +46,6 @@ from scar_core.errors import NeighborFetchError
 from scar_llamaindex import SCARNodePostprocessor
 from scar_llamaindex.reads import links_of
 
-pytest.importorskip("chromadb")
-pytest.importorskip("faiss")
-pytest.importorskip("llama_index.vector_stores.chroma")
-pytest.importorskip("llama_index.vector_stores.faiss")
-pytest.importorskip("llama_index.vector_stores.qdrant")
-
 QUERY_0 = QUERIES[0]
 QDRANT_ASYNC = "(?s)QdrantVectorStore.aget_nodes failed.*Async client is not initialized"
 

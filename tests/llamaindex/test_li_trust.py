@@ -47,12 +47,6 @@ from li_support import angle, docstore_of, ids_and_scores, linked_nodes, scored
 from scar_core.errors import InvalidSettingsError
 from scar_llamaindex import SCARNodePostprocessor
 
-pytest.importorskip("chromadb")
-pytest.importorskip("faiss")
-pytest.importorskip("llama_index.vector_stores.chroma")
-pytest.importorskip("llama_index.vector_stores.faiss")
-pytest.importorskip("llama_index.vector_stores.qdrant")
-
 BUNDLE = QueryBundle(GUARDED_QUERY)
 GUARDED_STORES: dict[str, Callable[[], Built]] = {
     "simple": lambda: memory(guarded_nodes),

