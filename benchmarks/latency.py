@@ -2,7 +2,8 @@
 
 For each backend and corpus size, each mode is timed against the plain retriever at the same
 ``k`` and filter: ``SCARRetriever(vectorstore=store, k=10)`` (``budget``), ``mode="paper"``
-(``paper``), ``k=20, max_tokens=4000`` (``tokens``, against ``k=20``) and the budget mode with a
+(``paper``), ``k=20, max_tokens=4000`` (``tokens``, against ``k=20``), ``k=100,
+max_tokens=128000`` (``long``, against ``k=100``, 10 rounds) and the budget mode with a
 tenant filter (``filtered``: ``search_kwargs={"filter": {"tenant": "a"}}`` on both; documents alternate
 between tenants ``"a"`` and ``"b"``). One fresh query set per pair, both retrievers on every query in
 random order; the ratio of median latencies comes with a paired bootstrap 95% interval; the
@@ -32,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -48,12 +50,15 @@ from scar_langchain import SCARRetriever, link_chunks
 
 K, DIMENSION, PER_DOCUMENT, WARMUP, COUNTED = 10, 384, 20, 5, 50
 TOKEN_K, TOKEN_BUDGET = 20, 4000
+#: The long-context query an attacker would send: many hits, a huge budget (few rounds).
+LONG_K, LONG_BUDGET, LONG_ROUNDS = 100, 128_000, 10
 #: Each mode: SCAR's settings, the plain retriever's k, and whether the search is filtered.
 MODES: dict[str, tuple[dict[str, Any], int, bool]] = {
     "budget": ({}, K, False),
     "paper": ({"mode": "paper"}, K, False),
     "tokens": ({"max_tokens": TOKEN_BUDGET}, TOKEN_K, False),
     "filtered": ({}, K, True),
+    "long": ({"max_tokens": LONG_BUDGET}, LONG_K, False),
 }
 
 
@@ -231,11 +236,20 @@ def count_reads(
     return tally, neighbours
 
 
-def within_budget(scar: SCARRetriever, queries: list[str]) -> None:
-    """Untimed: every answer of the token mode fits ``TOKEN_BUDGET`` (by ``ceil(chars / 4)``)."""
+def within_budget(scar: SCARRetriever, queries: list[str], budget: int) -> None:
+    """Untimed: every answer of a token mode fits ``budget`` (by ``ceil(chars / 4)``)."""
     for query in queries:
         spent = sum(estimate_tokens(d.page_content) for d in scar.invoke(query))
-        assert spent <= TOKEN_BUDGET, f"{spent} tokens over the budget of {TOKEN_BUDGET}"
+        assert spent <= budget, f"{spent} tokens over the budget of {budget}"
+
+
+def peak_memory(scar: SCARRetriever, query: str) -> float:
+    """Untimed: the most memory (MiB, by tracemalloc) one SCAR query allocates at once."""
+    tracemalloc.start()
+    scar.invoke(query)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak / 2**20
 
 
 def measure(
@@ -250,17 +264,21 @@ def measure(
         plain = store.as_retriever(search_kwargs={"k": k, **search})
         scar = SCARRetriever(vectorstore=store, k=k, search_kwargs=search, **settings)
         runs = {"plain": plain.invoke, "scar": scar.invoke}
-        paired(runs, corpus.queries(embeddings, f"warm {mode}", WARMUP))
-        samples = paired(runs, corpus.queries(embeddings, f"{backend} {mode}", rounds))
+        paired(runs, corpus.queries(embeddings, f"warm {mode}", 1 if mode == "long" else WARMUP))
+        rounds_here = min(rounds, LONG_ROUNDS) if mode == "long" else rounds
+        samples = paired(runs, corpus.queries(embeddings, f"{backend} {mode}", rounds_here))
         p, s = (statistics.median(samples[n]) * 1e3 for n in ("plain", "scar"))
         ratio = f"{s / p:.3f}x", interval(samples["scar"], samples["plain"])
-        timing.append([backend, f"{size:,}", mode, f"{p:.3f}", f"{s:.3f}", *ratio, str(rounds)])
-        counted = corpus.queries(embeddings, f"count {mode}", COUNTED)
+        peak = peak_memory(scar, corpus.queries(embeddings, f"peak {mode}", 1)[0])
+        timing.append([backend, f"{size:,}", mode, f"{p:.3f}", f"{s:.3f}", *ratio,
+                       str(rounds_here), f"{peak:.1f}"])  # fmt: skip
+        counting = min(COUNTED, LONG_ROUNDS) if mode == "long" else COUNTED
+        counted = corpus.queries(embeddings, f"count {mode}", counting)
         if "max_tokens" in settings:
-            within_budget(scar, counted)
+            within_budget(scar, counted, settings["max_tokens"])
         tally, neighbours = count_reads(backend, scar, counted, k)
         cells = [tally["read"], tally[method], tally[f"{method} rows"], neighbours]
-        cells = [f"{c / COUNTED:.2f}" for c in cells] + [str(embeddings.documents_embedded)]
+        cells = [f"{c / counting:.2f}" for c in cells] + [str(embeddings.documents_embedded)]
         reads.append([backend, f"{size:,}", mode, *cells])
         print("  " + " | ".join(timing[-1][2:] + reads[-1][3:]), flush=True)
     assert embeddings.documents_embedded == 0, "SCAR embedded chunks at query time"
@@ -324,19 +342,24 @@ def main() -> None:
                 )
                 timing, reads = timing + found[0], reads + found[1]
     notes = [
-        f"k={K} (tokens: k={TOKEN_K}, max_tokens={TOKEN_BUDGET}; filtered: tenant 'a' of two), "
+        f"k={K} (tokens: k={TOKEN_K}, max_tokens={TOKEN_BUDGET}; long: k={LONG_K}, max_tokens="
+        f"{LONG_BUDGET}, {LONG_ROUNDS} rounds; filtered: tenant 'a' of two), "
         f"d={DIMENSION}, {PER_DOCUMENT} chunks per document. Ratio: median SCAR / median "
         "plain over the same queries (each pair in random order); interval: paired bootstrap "
         f"95%. Target at 100k on FAISS: <= 1.10x. FAISS: IndexFlatIP, {args.faiss_threads} "
         "OpenMP thread(s). pgvector: HNSW (m=16, ef_construction=64, default ef_search=40); "
-        "synchronous_commit=off only speeds up loading. Load average at the end: "
+        "synchronous_commit=off only speeds up loading. SCAR peak MiB: what one further SCAR "
+        "query allocates at most, by tracemalloc. Load average at the end: "
         f"{os.getloadavg()[0]:.1f}.",
         f"Reads per SCAR query beyond the search (an untimed pass of {COUNTED} further queries): "
         "the reader's batches (one store read call each: PGVectorStore `get`; FAISS reads "
         "`docstore.search` + `index.reconstruct` per chunk), store read calls, rows read, "
         "neighbours returned, and chunks embedded at query time (`embed_documents`).",
     ]
-    timing_header = "backend|N|mode|plain median ms|SCAR median ms|SCAR / plain|95% interval|rounds"
+    timing_header = (
+        "backend|N|mode|plain median ms|SCAR median ms|SCAR / plain|95% interval|rounds|"
+        "SCAR peak MiB"
+    )
     reads_header = "backend|N|mode|read batches|store read calls|rows read|neighbours|embedded"
     title = "# SCAR latency beside the plain retriever"
     parts = [title, header, notes[0], table(timing_header, timing), notes[1]]

@@ -64,6 +64,11 @@ PACKAGES = {
 SETTINGS: list[dict[str, Any]] = [{"k": 4}, {"k": 8}, {"k": 4, "mode": "paper"}]
 
 
+def _span(low: int, high: int) -> str:
+    """``low–high``, or one number when they are equal."""
+    return f"{low}–{high}" if low != high else str(low)
+
+
 def watch_search_threads(store: VectorStore, seen: set[str]) -> None:
     """Record in ``seen`` where the store's sync search runs when called: loop or thread."""
     for name in ("similarity_search_by_vector", "similarity_search_with_score_by_vector"):
@@ -201,7 +206,7 @@ def langchain_rows(uri: str | None) -> list[list[str]]:
                     VECTORS_FROM[name],
                     str(result["embedded"]),
                     trips,
-                    f"{result['reads'][0]}–{result['reads'][1]}",
+                    _span(*result["reads"]),
                     async_path(result["async_search"], result["async_calls"], result["trips"]),
                     f"{result['median_ms']:.1f}",
                 ]
@@ -344,7 +349,7 @@ def llamaindex_rows(uri: str | None) -> list[list[str]]:
                 LI_ASYNC_ONLY if built.kind == "qdrant-async" else LI_VECTORS_FROM[name],
                 f"{result['embedded']} in all, each once" if result["embedded"] else "0",
                 trips,
-                f"{result['reads'][0]}–{result['reads'][1]}",
+                _span(*result["reads"]),
                 li_async_path(result["async_calls"], result["trips"], result["warnings"]),
                 f"{result['median_ms']:.1f}",
             ]
@@ -402,7 +407,9 @@ with k = 4 and 8 in budget mode (the default, whose window is 2) and k = 4 with 
 store's `Embeddings` embedded after indexing (0: SCAR read every vector it needed from the store).
 "Round trips" counts calls of the store's public read (`get`, `aget`, `scroll`) per query; the
 search itself is not counted. "SCAR reads" is how many batched reads the query driver
-asked for on the sync path (one per ring of neighbours, at most the window). Milliseconds are
+asked for on the sync path: one, as `link_chunks` writes the ids two steps away into each chunk's
+metadata and the driver reads both rings at once (chunks linked before those keys existed are
+read ring by ring, two reads, until `link_store` upgrades them). Milliseconds are
 this machine's, for one sync query, and only compare stores with each other.
 
 {table(HEADER, rows)}
@@ -438,7 +445,8 @@ k = 4 with the paper's rule. Counted as above: "chunks embedded" counts the text
 embed model embedded at query time; "round trips" the calls of the store's
 public read per query (`Collection.get`, `QdrantClient.scroll`, `AsyncQdrantClient.scroll`,
 `get_nodes`, `aget_nodes`), beside the docstore's in-process reads; "SCAR reads" the batched
-reads the query driver asked for. Milliseconds are for one sync query (async for the async-only
+reads the query driver asked for (ring by ring: a node's relationships name only the nodes one
+step away). Milliseconds are for one sync query (async for the async-only
 client).
 
 {table(LI_HEADER, li_rows)}

@@ -159,56 +159,86 @@ class CountAuction:
         """Walk the best way back; ties go to the state first in ``OUT, OPEN, ANCHORED``."""
         count, forward, picked = self.target, self.forward, set()
         state = _ANCHORED if forward[n, _ANCHORED, count] > forward[n, _OUT, count] else _OUT
-        # The additions are the sweep's, in plain floats: the same sums to the last bit.
-        rows, bids = forward.tolist(), self.bids.tolist()
+        # The additions are the sweep's, in plain floats: the same sums to the last bit. Only
+        # the cells on the way back are read (a whole table as lists would grow as k squared).
         for p in range(n - 1, -1, -1):
             before = count - (state != _OUT)
-            reached = rows[p + 1][state][count]
+            reached = float(forward[p + 1, state, count])
             if state != _OUT:
                 picked.add(self.line.ids[p])
-            row, bid = rows[p], bids[p]
-            state = next(b for b in range(3) if row[b][before] + bid[b][state] == reached)
+            row, bid = forward[p, :, before].tolist(), self.bids[p, :, state].tolist()
+            state = next(b for b in range(3) if row[b] + bid[b] == reached)
             count = before
         return picked
 
     def flipped(self) -> dict[int, float]:
-        """For each neighbour's position, the best total with its verdict reversed."""
-        line, n, size = self.line, len(self.line.ids), self.target + 1
+        """For each neighbour's position, the best total with its verdict reversed.
+
+        Neighbours are taken in blocks, so that the arrays stay small whatever ``k``.
+        """
+        line, n = self.line, len(self.line.ids)
         at = np.array([p for p in range(n) if not line.hits[p]], dtype=np.int64)
-        if not at.size:
-            return {}
-        left, right = self.forward[at, :, :size], self.backward[n - 1 - at, :, :size]
-        taken = np.array([line.ids[p] in self.picked for p in at])
-        starts = np.asarray(line.starts, dtype=bool)[at]
-        ends = np.asarray(line.ends(), dtype=bool)[at]
+        starts = np.asarray(line.starts, dtype=bool)
+        ends = np.asarray(line.ends(), dtype=bool)
         joins = np.asarray([*line.joins, 0.0], dtype=np.float64)
-        join, join_after = joins[at][:, None], joins[at + 1][:, None]
+        values = np.asarray(line.values, dtype=np.float64)
+        taken = np.array([line.ids[p] in self.picked for p in at.tolist()], dtype=bool)
+        flipped: dict[int, float] = {}
+        for block in range(0, at.size, _BLOCK):
+            part = at[block : block + _BLOCK]
+            found = self._flipped_block(
+                part,
+                taken[block : block + _BLOCK],
+                starts[part],
+                ends[part],
+                joins[part],
+                joins[part + 1],
+                values[part],
+            )
+            flipped.update(zip(part.tolist(), found.tolist(), strict=True))
+        return flipped
+
+    def _flipped_block(
+        self, at: IntArray, taken: npt.NDArray[np.bool_], first: npt.NDArray[np.bool_],
+        last: npt.NDArray[np.bool_], join: FloatArray, join_after: FloatArray, value: FloatArray,
+    ) -> FloatArray:  # fmt: skip
+        """:meth:`flipped` for the neighbours at positions ``at``."""
+        n, size = len(self.line.ids), self.target + 1
+        left, right = self.forward[at, :, :size], self.backward[n - 1 - at, :, :size]
+        first, last = first[:, None], last[:, None]
+        join, join_after = join[:, None], join_after[:, None]
         closed_left = np.maximum(left[:, _OUT], left[:, _ANCHORED])
         closed_right = np.maximum(right[:, _OUT], right[:, _ANCHORED])
-        first, last = starts[:, None], ends[:, None]
         opens = np.where(first, _NONE, left[:, _OPEN] + join)
         holds = np.where(first, _NONE, left[:, _ANCHORED] + join)
         goes_on = np.where(last, _NONE, right[:, _OPEN] + join_after)
         holds_after = np.where(last, _NONE, right[:, _ANCHORED] + join_after)
         fresh = np.where(first, closed_left, left[:, _OUT])
         stops = np.where(last, closed_right, right[:, _OUT])
-        room = np.where(taken, self.target, self.target - 1)
-        without = _diagonal_max(closed_left, closed_right, room)
-        with_it = np.asarray(line.values, dtype=np.float64)[at] + np.maximum(
-            _diagonal_max(holds, np.maximum(np.maximum(stops, goes_on), holds_after), room),
-            _diagonal_max(np.maximum(fresh, opens), holds_after, room),
+        without = _diagonal_max(closed_left, closed_right, taken)
+        with_it = value + np.maximum(
+            _diagonal_max(holds, np.maximum(np.maximum(stops, goes_on), holds_after), taken),
+            _diagonal_max(np.maximum(fresh, opens), holds_after, taken),
         )
-        flipped = np.where(taken, without, with_it)
-        return dict(zip(at.tolist(), flipped.tolist(), strict=True))
+        result: FloatArray = np.where(taken, without, with_it)
+        return result
 
 
-def _diagonal_max(left: FloatArray, right: FloatArray, room: IntArray) -> FloatArray:
-    """Row by row, the best ``left[i, a] + right[i, room[i] - a]`` (``-inf`` if ``room[i] < 0``)."""
-    count = np.arange(left.shape[1])
-    other = room[:, None] - count[None, :]
-    inside = other >= 0
-    picked = np.take_along_axis(right, np.clip(other, 0, left.shape[1] - 1), axis=1)
-    sums = np.where(inside, left + picked, _NONE)
+#: Neighbours whose flipped totals are worked out together.
+_BLOCK = 128
+
+
+def _diagonal_max(left: FloatArray, right: FloatArray, full: npt.NDArray[np.bool_]) -> FloatArray:
+    """Row by row, the best ``left[i, a] + right[i, room - a]``.
+
+    ``room`` is the last column where ``full[i]``, else the one before it (``-inf`` where no
+    column is left).
+    """
+    backwards = right[:, ::-1]
+    sums = np.where(full[:, None], left + backwards, _NONE)
+    if left.shape[1] > 1:  # room one less: right's columns one further along
+        short = left[:, :-1] + backwards[:, 1:]
+        sums[:, :-1] = np.where(full[:, None], sums[:, :-1], short)
     result: FloatArray = sums.max(axis=1)
     return result
 

@@ -40,6 +40,9 @@ class Chunk:
         text: Its text: counted with ``max_tokens``, embedded if no store gives its vector.
         metadata: Its metadata, for ``neighbor_filter`` and to tell equal ids apart.
         item: The adapter's own object (a ``Document``, a node), handed back untouched.
+        window_ids: The ids two steps before and after it, where its links name them: a hint
+            that lets the query driver read the chunks one and two steps from a hit at once
+            (it keeps one two steps away only if the chunk between links to it).
     """
 
     id: str
@@ -50,6 +53,7 @@ class Chunk:
     text: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict, repr=False)
     item: Any = field(default=None, repr=False)
+    window_ids: tuple[str | None, str | None] = (None, None)
 
     def step(self, direction: Step) -> str | None:
         """Return the id one step away in ``direction`` (a link to itself counts as none)."""

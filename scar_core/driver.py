@@ -18,22 +18,25 @@ the first ``k`` distinct hits are kept, and the query vector is normalised, once
 
 Reads go ring by ring: the first read brings every chunk one step from a hit (and the vectors of
 hits the search returned without one), the next the chunks two steps away, up to the mode's
-``window``. So a query costs exactly ``window`` reads beyond the search, and the selection is
-exactly what :func:`scar_core.selection.select` gives on the full graph.
+``window``. Where the hits' links name the chunks two steps away (``Chunk.window_ids``, written
+by ``link_chunks`` and ``link_store``), the first read asks for both rings at once, and a chunk
+two steps away is kept only where the chunk between arrived (under the search's filter) and links
+to it; so budget mode costs one read beyond the search, or two with older links, and the
+selection is exactly what :func:`scar_core.selection.select` gives on the full graph.
 """
 
 from __future__ import annotations
 
 import numbers
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy.typing as npt
 
-from scar_core.chunks import Chunk, Scored, Selected, Selection, step_out
+from scar_core.chunks import Chunk, Scored, Selected, Selection, step_out, steps
 from scar_core.errors import InvalidSettingsError, InvalidVectorError, warn_once
 from scar_core.scoring import unit_vector
 from scar_core.selection import fill_in_order, selected_by
@@ -131,7 +134,8 @@ class QueryDriver:
     ) -> None:
         self.settings, self.neighbor_filter, self.tokenizer = settings, neighbor_filter, tokenizer
         self.memory, self.owner = memory, owner
-        ids = distinct_ids([(h.id, _content_key(h)) for h in hits])
+        counted = Counter(h.id for h in hits)  # a content key only where an id comes twice
+        ids = distinct_ids([(h.id, _content_key(h) if counted[h.id] > 1 else "") for h in hits])
         #: Every hit's id: a hit read as a neighbour is never refused by ``neighbor_filter``.
         self.all_hits = frozenset(ids)
         self._unstored = frozenset(i for i, h in zip(ids, hits, strict=True) if i != h.id)
@@ -149,10 +153,15 @@ class QueryDriver:
         self.missing: set[str] = set()
         #: Texts this query embedded (not found in ``memory``).
         self.embedded_count = 0
-        #: Reads received so far; also how far from the hits the walk has come.
+        #: Reads received so far.
         self.reads = 0
-        self._ring = list(self.hit_ids) if self.linked else []
+        self._depth = 0  # how many steps from the hits the walk has come
+        self._ring = list(self.hit_ids) if self.linked else []  # the chunks to step out from
         self._asked: list[str] = []
+        self._hinted: set[str] = set()  # asked on the links' hints, two steps from a hit
+        self._pending: list[str] = []  # two steps from a hit, not hinted: read next
+        self._filling = False  # whether the read outstanding is of ``_pending``
+        self._scored: Scored | None = None
         self._lacking: list[str] = []
 
     @classmethod
@@ -182,7 +191,10 @@ class QueryDriver:
         """
         if self._asked:
             return list(self._asked)
-        if self.reads >= self.settings.window or not self._ring:
+        if self._pending:  # chunks two steps away that the links' hints did not name
+            self._asked, self._pending, self._filling = self._pending, [], True
+            return list(self._asked)
+        if self._depth >= self.settings.window or not self._ring:
             return []
         seen = set(self.chunks) | self.missing
         ring = {
@@ -191,16 +203,32 @@ class QueryDriver:
         if self.reads == 0:
             unread = [h for h in self.hit_ids if self.chunks[h].vector is None]
             ring = {h: None for h in unread if h not in self._unstored} | ring
-        self._asked = list(ring)
+        hints = self._hints(ring, seen) if self._depth == 0 and self.settings.window > 1 else {}
+        self._asked, self._hinted = list(ring | hints), set(hints)
         if not self._asked:
             self._ring = []
         return list(self._asked)
+
+    def _hints(self, ring: Mapping[str, None], seen: set[str]) -> dict[str, None]:
+        """The ids two steps from the hits that their links name, beyond chunks in ``ring``."""
+        hints: dict[str, None] = {}
+        for hit in self._ring:
+            chunk = self.chunks[hit]
+            for side, step in enumerate(("previous", "next")):
+                if step not in steps(self.settings.direction) or chunk.step(step) not in ring:
+                    continue
+                two = chunk.window_ids[side]
+                if two and two not in seen and two not in ring:
+                    hints[two] = None
+        return hints
 
     def receive(self, chunks: Iterable[Chunk]) -> None:
         """Take the chunks read for the last :meth:`wanted`; ids not among them count as missing.
 
         A neighbour ``neighbor_filter`` refuses counts as missing. A hit read again keeps its own
-        record and the links the search gave it, and takes the vector read.
+        record and the links the search gave it, and takes the vector read. A chunk read two
+        steps from a hit on its links' hint is kept only if the chunk between arrived and links
+        to it, exactly as a second read would have found it; the rest of that ring is read next.
 
         Raises:
             RuntimeError: If no read is outstanding (``wanted()`` returned nothing, or was not
@@ -211,30 +239,54 @@ class QueryDriver:
                 "QueryDriver.receive() was called with no read outstanding; call wanted() first "
                 "and receive() once with what was read for it."
             )
-        allowed = self.neighbor_filter
+        allowed, asked = self.neighbor_filter, set(self._asked)
         arrived: dict[str, Chunk] = {}
         for chunk in chunks:
-            if chunk.id not in self._asked or chunk.id in arrived:
+            if chunk.id not in asked or chunk.id in arrived:
                 continue
             if allowed is None or chunk.id in self.all_hits or allowed(dict(chunk.metadata)):
                 arrived[chunk.id] = chunk
+        hinted = self._hinted
         for chunk_id, chunk in arrived.items():
-            known = self.chunks.get(chunk_id)
-            if known is not None:
-                chunk = replace(known, vector=chunk.vector,
-                                previous_id=known.previous_id or chunk.previous_id,
-                                next_id=known.next_id or chunk.next_id)  # fmt: skip
-            if chunk.vector is None and self.memory is not None:
-                remembered = self.memory.get(chunk.text)
-                if remembered is None:
-                    self._lacking.append(chunk_id)
-                else:
-                    chunk = replace(chunk, vector=remembered)
-            self.chunks[chunk_id] = chunk
-        self.missing.update(c for c in self._asked if c not in arrived)
-        self._ring = [c for c in arrived if c not in self.hit_ids]
-        self._asked = []
+            if chunk_id not in hinted:
+                self._keep(chunk_id, chunk)
+        self.missing.update(c for c in self._asked if c not in arrived and c not in hinted)
+        ring = [c for c in arrived if c not in hinted and c not in self.hit_ids]
+        if self._filling:
+            self._ring += ring
+        else:
+            self._ring = ring
+            self._depth += 1
+        if hinted:  # the next ring, as a second read would find it
+            seen = set(self.chunks) | self.missing
+            following = [
+                t for t, _, _ in step_out(ring, self.chunks, self.settings.direction, seen)
+            ]
+            for chunk_id in following:
+                if chunk_id in arrived:
+                    self._keep(chunk_id, arrived[chunk_id])
+                elif chunk_id in hinted:
+                    self.missing.add(chunk_id)
+            self._ring = [c for c in following if c in arrived]
+            self._pending = [c for c in following if c not in hinted]
+            self._depth += 1
+        self._asked, self._hinted, self._filling = [], set(), False
         self.reads += 1
+
+    def _keep(self, chunk_id: str, chunk: Chunk) -> None:
+        """Keep a chunk read; a hit keeps its own record, links and the vector read."""
+        known = self.chunks.get(chunk_id)
+        if known is not None:
+            chunk = replace(known, vector=chunk.vector,
+                            previous_id=known.previous_id or chunk.previous_id,
+                            next_id=known.next_id or chunk.next_id)  # fmt: skip
+        if chunk.vector is None and self.memory is not None:
+            remembered = self.memory.get(chunk.text)
+            if remembered is None:
+                self._lacking.append(chunk_id)
+            else:
+                chunk = replace(chunk, vector=remembered)
+        self.chunks[chunk_id] = chunk
 
     def lacking(self) -> list[str]:
         """The texts to embed: of chunks read without a vector (``[]`` without ``memory``)."""
@@ -267,8 +319,8 @@ class QueryDriver:
         tokens = None
         if isinstance(self.settings, BudgetSettings) and self.settings.max_tokens is not None:
             tokens = self._tokens(self.chunks)
-        scored = Scored(self.query, self.chunks)
-        return selected_by(scored, self.hit_ids, self.chunks, self.settings, tokens)
+        self._scored = Scored(self.query, self.chunks)
+        return selected_by(self._scored, self.hit_ids, self.chunks, self.settings, tokens)
 
     def returned(self) -> list[tuple[Chunk, dict[str, Any]]]:
         """The chunks to return, passage by passage, each with the trace for its metadata.
@@ -321,7 +373,8 @@ class QueryDriver:
     def _check_vectors(self, selection: Selection) -> bool:
         """Whether some hit could be scored; warns once about chunks without a usable vector."""
         assert self.query is not None
-        usable = Scored(self.query, self.chunks).units
+        assert self._scored is not None
+        usable = self._scored.units  # scored by result(), over the same chunks
         held = [c for c in selection.unscored if c in self.chunks] + [
             h for h in self.hit_ids if h not in usable and self.chunks[h].vector is not None
         ]

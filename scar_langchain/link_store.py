@@ -2,8 +2,9 @@
 
 :func:`link_store` pages through a store's chunks, keeping only a few facts per chunk (its id,
 document, order values and current links), orders each document's chunks, then writes SCAR's
-four link keys (``scar_document_id``, ``scar_position``, ``scar_prev_id``, ``scar_next_id``) into
-the chunks whose links changed, in batches, through each store's own API, as
+link keys (``scar_document_id``, ``scar_position``, ``scar_prev_id``, ``scar_next_id``, and the
+ids two steps away, ``scar_prev2_id`` and ``scar_next2_id``: a store linked before those existed is
+upgraded) into the chunks whose links changed, in batches, through each store's own API, as
 :mod:`scar_langchain.stores` says store by store: only the link keys are written (Chroma,
 Qdrant), or the rows' metadata (InMemory, FAISS, whose index and vectors are never touched), or,
 for ``PGVectorStore``, whose only public write is ``add_embeddings`` (an upsert of whole rows),
@@ -40,7 +41,13 @@ from scar_core.links import (
     order_joins,
     typed_json,
 )
-from scar_langchain.links import CHUNK_ID_KEY, LINK_KEYS, WRITTEN_KEYS, document_names
+from scar_langchain.links import (
+    CHUNK_ID_KEY,
+    LINK_KEYS,
+    WRITTEN_KEYS,
+    document_names,
+    window_ids,
+)
 from scar_langchain.stores import Change, access_for
 
 __all__ = ["PAGE_KEYS", "LinkReport", "link_store", "replace_documents"]
@@ -210,7 +217,7 @@ def link_store(
         values = document_of(metadata, names)
         if values is None:
             report.skipped[chunk_id] = f"no {named} names its document"
-            if links[2] is not None or links[3] is not None:
+            if any(link is not None for link in links[2:]):
                 unlisted.append((chunk_id, links))
             continue
         chunk = _listed_chunk(chunk_id, metadata, text, keys, links)
@@ -241,9 +248,10 @@ def link_store(
     def changes() -> Iterator[Change]:
         for key, (label, chunks) in documents.items():
             ids = [chunk.chunk_id for chunk in chunks]
-            for chunk, new in zip(chunks, link_sequence(label, ids, joins[key]), strict=True):
+            sequence = link_sequence(label, ids, joins[key])
+            for chunk, new, window in zip(chunks, sequence, window_ids(sequence), strict=True):
                 report.linked += new.previous_id is not None or new.next_id is not None
-                links = (label, new.position, new.previous_id, new.next_id)
+                links = (label, new.position, new.previous_id, new.next_id, *window)
                 if links != chunk.links:
                     yield chunk.chunk_id, chunk.links, links
         if unlisted:  # drop links that name chunks the store does not hold

@@ -35,10 +35,12 @@ __all__ = [
     "DOCUMENT_ID_KEY",
     "LINK_KEYS",
     "MAX_GAP",
+    "NEXT2_ID_KEY",
     "NEXT_ID_KEY",
     "OFFSET_KEY",
     "PAGE_KEYS",
     "POSITION_KEY",
+    "PREVIOUS2_ID_KEY",
     "PREVIOUS_ID_KEY",
     "WRITTEN_KEYS",
     "chunk_id_of",
@@ -46,6 +48,8 @@ __all__ = [
     "link_chunks",
     "linked_metadata",
     "links_of",
+    "window_ids",
+    "window_of",
 ]
 
 #: Metadata keys :func:`link_chunks` writes.
@@ -54,9 +58,14 @@ DOCUMENT_ID_KEY = "scar_document_id"
 POSITION_KEY = "scar_position"
 PREVIOUS_ID_KEY = "scar_prev_id"
 NEXT_ID_KEY = "scar_next_id"
-#: The link keys, in the order of a chunk's ``(document id, position, previous id, next id)``:
-#: what ``link_store`` writes.
-LINK_KEYS = (DOCUMENT_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY)
+#: The ids two steps before and after a chunk in its document: the query driver reads them with
+#: the chunks one step away, so that a query costs one read beyond the search instead of two.
+PREVIOUS2_ID_KEY = "scar_prev2_id"
+NEXT2_ID_KEY = "scar_next2_id"
+#: The link keys, in the order of a chunk's ``(document id, position, previous id, next id,
+#: previous-but-one id, next-but-one id)``: what ``link_store`` writes.
+LINK_KEYS = (DOCUMENT_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY, PREVIOUS2_ID_KEY,
+             NEXT2_ID_KEY)  # fmt: skip
 #: Every key :func:`link_chunks` writes; they take no part in a chunk's id.
 WRITTEN_KEYS = frozenset({CHUNK_ID_KEY, *LINK_KEYS})
 
@@ -71,6 +80,27 @@ def links_of(metadata: dict[str, Any] | None) -> tuple[str | None, str | None]:
     return _text(metadata.get(PREVIOUS_ID_KEY)), _text(metadata.get(NEXT_ID_KEY))
 
 
+def window_of(metadata: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    """Return the ids two steps before and after a chunk that its metadata names, if any."""
+    metadata = metadata or {}
+    return _text(metadata.get(PREVIOUS2_ID_KEY)), _text(metadata.get(NEXT2_ID_KEY))
+
+
+def window_ids(links: Sequence[ChunkLinks]) -> list[tuple[str | None, str | None]]:
+    """The ids two steps before and after each chunk of one document's links, in order.
+
+    A chunk two steps away is named only where both links between are there (a cut chain
+    stays cut).
+    """
+    return [
+        (
+            links[p - 1].previous_id if link.previous_id is not None else None,
+            links[p + 1].next_id if link.next_id is not None else None,
+        )
+        for p, link in enumerate(links)
+    ]
+
+
 def chunk_id_of(document: Document) -> str | None:
     """Return a chunk's id: ``Document.id``, else a store's ``_id`` or SCAR's id in metadata.
 
@@ -81,11 +111,19 @@ def chunk_id_of(document: Document) -> str | None:
     return _text(document.id) or _text(store_id) or _text(metadata.get(CHUNK_ID_KEY))
 
 
-def linked_metadata(metadata: dict[str, Any], links: ChunkLinks) -> dict[str, Any]:
-    """Return a copy of ``metadata`` with a chunk's document id, position and links (if any)."""
-    kept = {k: v for k, v in metadata.items() if k not in (PREVIOUS_ID_KEY, NEXT_ID_KEY)}
+def linked_metadata(
+    metadata: dict[str, Any],
+    links: ChunkLinks,
+    window: tuple[str | None, str | None] = (None, None),
+) -> dict[str, Any]:
+    """Return a copy of ``metadata`` with a chunk's document id, position and links (if any).
+
+    ``window`` holds the ids two steps before and after it (:func:`window_ids`).
+    """
+    kept = {k: v for k, v in metadata.items() if k not in LINK_KEYS[2:]}
     added = {DOCUMENT_ID_KEY: links.document_id, POSITION_KEY: links.position}
     added |= {PREVIOUS_ID_KEY: links.previous_id, NEXT_ID_KEY: links.next_id}
+    added |= {PREVIOUS2_ID_KEY: window[0], NEXT2_ID_KEY: window[1]}
     return kept | {key: value for key, value in added.items() if value is not None}
 
 
@@ -129,7 +167,8 @@ def link_chunks(
     Chunks are grouped into documents by the values of ``document_key`` (with their types:
     ``1`` and ``"1"`` name two documents) and keep, inside a document, the order in which they
     arrive (the order a splitter emits them). Each chunk gets, in a copy of its metadata, its
-    id, its document id, its position and the ids of its previous and next chunks;
+    id, its document id, its position, the ids of its previous and next chunks, and of the
+    chunks two steps away (so that a query reads a passage's whole window at once);
     ``Document.id`` is set to the chunk id.
 
     A document's chunks must tile one text, which their ``start_index`` (split with
@@ -196,10 +235,11 @@ def link_chunks(
         texts = [inputs[i].page_content for i in indices]
         joins = chunk_joins(label, texts, own, max_gap, trust_order)
         ids = document_chunk_ids(values, texts, own)
-        for index, metadata, links in zip(
-            indices, own, link_sequence(label, ids, joins), strict=True
+        sequence = link_sequence(label, ids, joins)
+        for index, metadata, links, window in zip(
+            indices, own, sequence, window_ids(sequence), strict=True
         ):
-            metadata = linked_metadata(metadata | {CHUNK_ID_KEY: links.chunk_id}, links)
+            metadata = linked_metadata(metadata | {CHUNK_ID_KEY: links.chunk_id}, links, window)
             linked[index] = Document(
                 inputs[index].page_content, id=links.chunk_id, metadata=metadata
             )

@@ -31,8 +31,7 @@ from scar_langchain.stores import StoreAccess, access_for
 __all__ = ["SCARRetriever"]
 
 #: Per-chunk keys that do not describe a stitched passage (Qdrant adds "_id", "_collection_name").
-_CHUNK_KEYS = {lk.CHUNK_ID_KEY, lk.POSITION_KEY, lk.PREVIOUS_ID_KEY, lk.NEXT_ID_KEY, "_id"}
-_CHUNK_KEYS.add("_collection_name")
+_CHUNK_KEYS = {lk.CHUNK_ID_KEY, lk.POSITION_KEY, *lk.LINK_KEYS[2:], "_id", "_collection_name"}
 #: What users bring from ``as_retriever`` and LlamaIndex, and what SCAR takes instead.
 _HINTS = {
     "top_k": "SCARRetriever's budget is k=...",
@@ -357,5 +356,5 @@ def _hit(document: Document, vector: Any = None) -> Chunk:
     linked = bool(previous_id or next_id or metadata.get(lk.DOCUMENT_ID_KEY))
     return Chunk(
         lk.chunk_id_of(document) or "", vector, previous_id, next_id, linked,
-        document.page_content, metadata, document,
+        document.page_content, metadata, document, lk.window_of(metadata),
     )  # fmt: skip

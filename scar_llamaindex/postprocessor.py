@@ -25,7 +25,7 @@ from llama_index.core.bridge.pydantic import (
 )
 from llama_index.core.data_structs.data_structs import IndexDict
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
+from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
@@ -33,14 +33,14 @@ from scar_core.chunks import Chunk
 from scar_core.driver import QueryDriver, VectorMemory, linked
 from scar_core.errors import (
     InvalidSettingsError,
-    MissingQueryError,
     NeighborFetchError,
     settings_error_in,
     warn_once,
 )
 from scar_core.settings import ScarSettings, take_settings
 from scar_llamaindex import _compat
-from scar_llamaindex.reads import StoreReader, checked_reader, links_of
+from scar_llamaindex._nodes import checked, found, rendered, required
+from scar_llamaindex.reads import StoreReader, checked_reader
 
 __all__ = ["SCARNodePostprocessor"]
 
@@ -334,10 +334,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         """Return the selected nodes, reading neighbours with the stores' sync APIs."""
-        _checked(query_bundle)
+        checked(query_bundle)
         vector = None
-        if linked(hits := [_found(n.node) for n in nodes]):
-            bundle = _required(query_bundle)
+        if linked(hits := [found(n.node) for n in nodes]):
+            bundle = required(query_bundle)
             vector = bundle.embedding or self._remembered(bundle)
             if vector is None:
                 vector = self._embedder().get_agg_embedding_from_queries(bundle.embedding_strs)
@@ -357,10 +357,10 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         """Return the selected nodes, reading neighbours with the stores' async APIs."""
-        _checked(query_bundle)
+        checked(query_bundle)
         vector = None
-        if linked(hits := [_found(n.node) for n in nodes]):
-            bundle = _required(query_bundle)
+        if linked(hits := [found(n.node) for n in nodes]):
+            bundle = required(query_bundle)
             vector = bundle.embedding or self._remembered(bundle)
             if vector is None:
                 embedder = self._embedder()
@@ -436,7 +436,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def _within_retriever(self, nodes: list[BaseNode], reader: StoreReader) -> list[Chunk]:
         """The nodes read (the reader keeps them within the search), with their stored vectors."""
         vectors = reader.vectors(nodes)
-        return [_found(n, vectors.get(n.node_id)) for n in nodes]
+        return [found(n, vectors.get(n.node_id)) for n in nodes]
 
     def _fetch_error(self, ids: list[str], error: Exception) -> NeighborFetchError:
         return self._reader_now().fetch_error(ids, error)
@@ -447,78 +447,4 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def _render(
         self, nodes: list[NodeWithScore], returned: list[tuple[Chunk, dict[str, Any]]]
     ) -> list[NodeWithScore]:
-        given = {n.node.node_id: n.score for n in reversed(nodes)}  # the first of equal ids wins
-        out = []
-        for chunk, trace in returned:
-            if chunk.id in given:  # a hit keeps its score, even None
-                score = given[chunk.id]
-            else:  # a neighbour's is its cosine to the query
-                score = trace.get("scar_decision", {}).get("relevance")
-            out.append(NodeWithScore(node=_annotated(chunk.item, trace), score=score))
-        return out
-
-
-def _found(node: BaseNode, vector: Any = None) -> Chunk:
-    """The core's record of a node: id, vector, links, text and metadata."""
-    previous_id, next_id = links_of(node)
-    return Chunk(
-        node.node_id, node.embedding if vector is None else vector, previous_id, next_id,
-        node.source_node is not None, node.get_content(MetadataMode.EMBED), node.metadata, node,
-    )  # fmt: skip
-
-
-#: How the errors about the query say what to pass.
-_ASK = 'e.g. query_str="How long is CCTV footage kept?"'
-
-
-def _checked(query_bundle: QueryBundle | None) -> None:
-    """Refuse a query that is not text with SCAR's own error, not one deep in an embedder."""
-    if query_bundle is None:
-        return
-    if not isinstance(query_bundle, QueryBundle):
-        raise MissingQueryError(
-            f"SCARNodePostprocessor got query_bundle={query_bundle!r}, which is not a "
-            f"QueryBundle; pass the question as query_str=..., {_ASK}."
-        )
-    if not isinstance(query_bundle.query_str, str):
-        raise MissingQueryError(
-            f"SCARNodePostprocessor got query_str={query_bundle.query_str!r}, which is not a "
-            f"question (a str); pass the question as text, {_ASK}."
-        )
-
-
-def _required(query_bundle: QueryBundle | None) -> QueryBundle:
-    """The query, which SCAR embeds unless it carries its embedding: refused if it is empty."""
-    if query_bundle is None:
-        raise MissingQueryError(
-            "SCARNodePostprocessor needs the query: pass query_str=... or query_bundle=... to "
-            "postprocess_nodes (query engines pass it themselves)."
-        )
-    texts = query_bundle.embedding_strs
-    empty = not texts or any(not isinstance(t, str) or not t.strip() for t in texts)
-    if not query_bundle.embedding and empty:
-        given = (
-            f"custom_embedding_strs={query_bundle.custom_embedding_strs!r}"
-            if query_bundle.custom_embedding_strs is not None
-            else f"query_str={query_bundle.query_str!r}"
-        )
-        raise MissingQueryError(
-            f"SCARNodePostprocessor got {given}, which is empty, so it has no question to "
-            f"embed; pass the question, {_ASK}, or a QueryBundle with its embedding."
-        )
-    return query_bundle
-
-
-def _annotated(node: BaseNode, trace: dict[str, Any]) -> BaseNode:
-    """Return a copy of ``node`` with ``trace`` in its metadata, hidden from the LLM and embedder."""
-
-    def hidden(keys: list[str]) -> list[str]:
-        return [*keys, *(k for k in trace if k not in keys)]
-
-    return node.model_copy(
-        update={
-            "metadata": {**node.metadata, **trace},
-            "excluded_llm_metadata_keys": hidden(node.excluded_llm_metadata_keys),
-            "excluded_embed_metadata_keys": hidden(node.excluded_embed_metadata_keys),
-        }
-    )
+        return rendered(nodes, returned)

@@ -77,3 +77,13 @@ def test_a_huge_token_budget_needs_memory_that_does_not_grow_with_it() -> None:
         tracemalloc.stop()
         assert sum(tokens[c] for c in selection.chunk_ids) <= limit
     assert max(peaks) < 300e6
+
+
+def test_a_chunk_budget_at_the_limit_needs_memory_that_does_not_grow_as_k_squared_lists() -> None:
+    query, ranked, chunks, _ = long_documents(MAX_AUCTION_HITS)
+    tracemalloc.start()
+    selection = budget_select(query, ranked, chunks, BudgetSettings(k=MAX_AUCTION_HITS))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(selection.chunk_ids) == MAX_AUCTION_HITS
+    assert peak < 300e6  # 6.8 s and 669 MB before the way back read only its own cells

@@ -225,13 +225,16 @@ def test_a_re_run_after_a_deletion_writes_only_the_chunks_whose_links_changed(
     store.delete([chunk[3]])
     before = held(kind, store)
     report = link_store(store)
-    # chunk 2 (its next), chunk 4 (its previous and position), chunks 5-7 (their positions)
-    assert report.changed == 5
-    assert [sorted(call) for call in watch.written()] == [sorted([chunk[2], *chunk[4:]])]
+    # chunk 1 (its next but one), chunk 2 (its next and next but one), chunk 4 (its previous,
+    # previous but one and position), chunk 5 (its previous but one), chunks 5-7 (positions)
+    assert report.changed == 6
+    assert [sorted(call) for call in watch.written()] == [sorted([*chunk[1:3], *chunk[4:]])]
     after = held(kind, store)
     assert_only_links_changed(before, after)
     assert links(after)[chunk[2]] == (chunk[1], chunk[4])
     assert links(after)[chunk[4]] == (chunk[2], chunk[5])
+    assert after[chunk[1]][1]["scar_next2_id"] == chunk[4]
+    assert after[chunk[5]][1]["scar_prev2_id"] == chunk[2]
     assert after[chunk[7]][1]["scar_position"] == 6
 
 
