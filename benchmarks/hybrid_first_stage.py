@@ -25,8 +25,8 @@ import numpy as np
 from keep_sweep import SETS  # beside this file
 from rank_bm25 import BM25Okapi
 
-from scar_core.selection import Selected, Selection
-from scar_core.settings import BudgetSettings
+from scar_core._selection import Selected, Selection
+from scar_core._settings import BudgetSettings
 from scar_tools.cache import EmbeddingCache
 from scar_tools.eval import embedder_for, load_benchmark, prepare_benchmark, run_methods
 from scar_tools.eval.methods import QueryContext

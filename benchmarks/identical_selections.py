@@ -94,7 +94,7 @@ def _langchain(prepared: Any, queries: range) -> dict[str, list[list[str]]]:
     from langchain_core.vectorstores import InMemoryVectorStore
 
     from scar_langchain import SCARRetriever
-    from scar_langchain import links as lk
+    from scar_langchain import _links as lk
 
     texts, asked = _vectors(prepared)
 

@@ -2,7 +2,7 @@
 
 For every dev set, K and keep value s, runs ``top{K}`` and ``budget{K}_s{s}`` (with ``--alpha A``,
 ``budget{K}_a{A}_s{s}``; and, for the window check, ``..._w{W}``) through ``scar_tools.eval`` and
-prints the tables that choose ``scar_core.settings.default_keep``::
+prints the tables that choose ``scar_core._settings.default_keep``::
 
     python benchmarks/keep_sweep.py --bench /work/shared/bench --cache-dir ~/.cache/scar-dev \
         --out benchmarks/results/keep_sweep_per_query.json
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.settings import default_keep
+from scar_core._settings import default_keep
 from scar_tools.cache import EmbeddingCache
 from scar_tools.embedders import Embedder
 from scar_tools.eval import (
@@ -187,7 +187,7 @@ def report(table: dict, ks: list[int], alpha: float | None, windows: list[int]) 
             f"min frag {100 * worst_frag:+.1f}  mean frag {100 * mean_frag:+.1f}"
         )
     print(
-        "\n## scar_core.settings.default_keep: top-K, default (window 2), delta in points; window 9"
+        "\n## scar_core._settings.default_keep: top-K, default (window 2), delta in points; window 9"
     )
     for name in table:
         print(

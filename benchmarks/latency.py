@@ -45,7 +45,7 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
-from scar_core.settings import estimate_tokens
+from scar_core._settings import estimate_tokens
 from scar_langchain import SCARRetriever, link_chunks
 
 K, DIMENSION, PER_DOCUMENT, WARMUP, COUNTED = 10, 384, 20, 5, 50

@@ -12,7 +12,7 @@ whole corpus), condition and budget B in {3, 5, 7, 10, 12, 15}, runs
 * ``budget``: the shipped default, ``budgetB`` (``SCARRetriever(k=B)``): the segment auction
   with each query's own continuity bonus, ``alpha = min(20 * (s_max - s_min) / (B - 1),
   0.5 * mean b)`` over the cosines ``s`` of its B retrieved chunks and the boundary penalties
-  ``b`` of the linked pairs it read (``scar_core.scoring.query_continuity_bonus``; the rule
+  ``b`` of the linked pairs it read (``scar_core._scoring.query_continuity_bonus``; the rule
   ``ship`` below is the same auction, query for query);
 * ``fixed0.25``: the same auction with the fixed bonus 0.25 (the default before the per-query
   one), and the other rules of :func:`rules` (``rank20``: the per-query bonus without its cap;
@@ -71,7 +71,7 @@ os.environ.setdefault("SCAR_M2V_DIR", "/root/.cache/scar-dev/m2v-minilm")
 
 from keep_sweep import FIXED_BONUS, SETS, dev_embedder
 
-from scar_core.scoring import CONTINUITY_CAP, CONTINUITY_RANKS, query_continuity_bonus
+from scar_core._scoring import CONTINUITY_CAP, CONTINUITY_RANKS, query_continuity_bonus
 
 BUDGETS = (3, 5, 7, 10, 12, 15)
 SCOPES = ("document", "corpus")
@@ -248,7 +248,7 @@ def add_noise(data: Prepared, target: float, seed: int = 0) -> Prepared:
 
 
 # --------------------------------------------------------------------------- the exact DP
-# Copied from scar_core/selection.py at HEAD (the shipped segment auction's dynamic programme),
+# Copied from scar_core/_selection.py at HEAD (the shipped segment auction's dynamic programme),
 # so that this benchmark does not depend on private names being refactored.
 
 _NONE = -math.inf
@@ -891,7 +891,7 @@ def main() -> None:
 
 
 def view_bonus(view: Query, ranks: float = CONTINUITY_RANKS, cap: float = CONTINUITY_CAP) -> float:
-    """``scar_core.scoring.query_continuity_bonus`` of what this query read (``cap=math.inf``:
+    """``scar_core._scoring.query_continuity_bonus`` of what this query read (``cap=math.inf``:
     the places term alone)."""
     return query_continuity_bonus(view.scores.tolist(), [1 - c for c in view.edges.values()],
                                   ranks, cap)  # fmt: skip

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from keep_sweep import FIXED_BONUS, SETS, dev_embedder, document_vectors  # dev sets
 
-from scar_core.settings import DEFAULT_LAMBDA
+from scar_core._settings import DEFAULT_LAMBDA
 from scar_tools.cache import EmbeddingCache
 from scar_tools.calibration import suggest_continuity_bonus
 from scar_tools.eval import (

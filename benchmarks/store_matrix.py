@@ -43,7 +43,7 @@ from lc_stores import (  # noqa: E402
     make_corpus,
     pgvector_store,
 )
-from scar_core.driver import QueryDriver  # noqa: E402
+from scar_core._driver import QueryDriver  # noqa: E402
 from scar_langchain import SCARRetriever  # noqa: E402
 
 COMMAND = "python benchmarks/store_matrix.py"
@@ -214,7 +214,7 @@ def langchain_rows(uri: str | None) -> list[list[str]]:
     return rows
 
 
-#: Where SCAR's LlamaIndex readers take the vectors from (``scar_llamaindex/reads.py``).
+#: Where SCAR's LlamaIndex readers take the vectors from (``scar_llamaindex/_reads.py``).
 LI_VECTORS_FROM = {
     "SimpleVectorStore": "`vector_store.get(id)`; nodes from the docstore",
     "FaissVectorStore": "`reconstruct_batch` at the rows `index.index_struct` maps the nodes to; "
@@ -429,8 +429,8 @@ cached = CacheBackedEmbeddings.from_bytes_store(
 store = MyStore(embedding=cached)  # SCARRetriever(vectorstore=store) embeds through it
 ```
 
-`scar_langchain.link_store` links the chunks of the five stores above in place, through their
-own update or upsert, without re-embedding; one class per store (`scar_langchain/stores.py`)
+`scar_langchain._link_store` links the chunks of the five stores above in place, through their
+own update or upsert, without re-embedding; one class per store (`scar_langchain/_stores.py`)
 serves both these writes and the reads above. `QdrantVectorStore` (langchain-qdrant 1.x) takes
 only a sync `QdrantClient`, so its async path is LangChain's executor; the deprecated `Qdrant`
 class, which takes an `AsyncQdrantClient`, is not supported.

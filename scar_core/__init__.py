@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from scar_core.driver import QueryDriver, VectorMemory, distinct_ids
-from scar_core.errors import (
+from scar_core._driver import QueryDriver, VectorMemory, distinct_ids
+from scar_core._errors import (
     DataFormatError,
     EmbeddingError,
     InvalidSettingsError,
@@ -24,10 +24,10 @@ from scar_core.errors import (
     NeighborFetchError,
     ScarError,
 )
-from scar_core.links import ChunkLinks, chunk_id_for, link_sequence
-from scar_core.passages import stitch
-from scar_core.scoring import boundary_penalty, expansion_score, paper_threshold
-from scar_core.selection import (
+from scar_core._links import ChunkLinks, chunk_id_for, link_sequence
+from scar_core._passages import stitch
+from scar_core._scoring import boundary_penalty, expansion_score, paper_threshold
+from scar_core._selection import (
     Chunk,
     Decision,
     Selected,
@@ -36,7 +36,7 @@ from scar_core.selection import (
     paper_expand,
     select,
 )
-from scar_core.settings import BudgetSettings, PaperSettings, ScarSettings, default_keep
+from scar_core._settings import BudgetSettings, PaperSettings, ScarSettings, default_keep
 
 try:
     __version__ = version("scar-retrieval")

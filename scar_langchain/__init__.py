@@ -11,9 +11,9 @@ Install with ``pip install 'scar-retrieval[langchain]'``::
 
 from __future__ import annotations
 
-from scar_langchain.link_store import LinkReport, link_store, replace_documents
-from scar_langchain.links import link_chunks
-from scar_langchain.retriever import SCARRetriever
+from scar_langchain._link_store import LinkReport, link_store, replace_documents
+from scar_langchain._links import link_chunks
+from scar_langchain._retriever import SCARRetriever
 
 __all__ = [
     "LinkReport",

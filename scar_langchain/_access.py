@@ -1,6 +1,6 @@
 """What SCAR does with a LangChain vector store's chunks: the base of each store's class.
 
-:class:`StoreAccess` reads, lists and writes chunks; :mod:`scar_langchain.stores` has one
+:class:`StoreAccess` reads, lists and writes chunks; :mod:`scar_langchain._stores` has one
 subclass per store SCAR knows, and picks it. Each lists the ``search_kwargs`` it applies to reads
 by id (:attr:`StoreAccess.applies`, an allow-list) and the form each must have
 (:meth:`StoreAccess.check`); any other key that may restrict what a search returns is reported
@@ -17,8 +17,8 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.vectorstores import VectorStore
 
-from scar_core.errors import InvalidSettingsError
-from scar_langchain.links import LINK_KEYS
+from scar_core._errors import InvalidSettingsError
+from scar_langchain._links import LINK_KEYS
 
 __all__ = [
     "NOT_RESTRICTING",
@@ -41,7 +41,7 @@ Rows = dict[str, tuple[Document, Any]]
 #: ``(chunk id, metadata, text)`` of a listed chunk (the text ``None`` when not asked for).
 ListedRow = tuple[str, dict[str, Any], str | None]
 #: A write: ``(chunk id, links before, links after)``, each ``(document id, position, previous
-#: id, next id)`` in the order of :data:`~scar_langchain.links.LINK_KEYS`, ``None`` where absent.
+#: id, next id)`` in the order of :data:`~scar_langchain._links.LINK_KEYS`, ``None`` where absent.
 Change = tuple[str, tuple[Any, ...], tuple[Any, ...]]
 
 #: Search keyword arguments that change how a search ranks or how many hits it fetches, but never

@@ -16,14 +16,14 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore, VectorStoreRetriever
 
-from scar_core.errors import (
+from scar_core._errors import (
     InvalidSettingsError,
     MissingQueryError,
     unfilterable_store_error,
     warn_once,
 )
 from scar_langchain._access import NOT_RESTRICTING, RESTRICTING, StoreAccess
-from scar_langchain.links import chunk_id_of
+from scar_langchain._links import chunk_id_of
 
 __all__ = [
     "SEES_INTO",

@@ -10,6 +10,6 @@ Install with ``pip install 'scar-retrieval[llamaindex]'``::
 
 from __future__ import annotations
 
-from scar_llamaindex.postprocessor import SCARNodePostprocessor
+from scar_llamaindex._postprocessor import SCARNodePostprocessor
 
 __all__ = ["SCARNodePostprocessor"]

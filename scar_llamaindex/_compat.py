@@ -25,7 +25,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.span_handlers import NullSpanHandler
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from scar_core.errors import InvalidSettingsError
+from scar_core._errors import InvalidSettingsError
 
 #: The methods through which ``VectorIndexRetriever`` searches: a subclass that overrides one may
 #: restrict its search in ways :func:`retriever_search` cannot see.

@@ -6,9 +6,9 @@ from typing import Any
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore, QueryBundle
 
-from scar_core.chunks import Chunk
-from scar_core.errors import MissingQueryError
-from scar_llamaindex.reads import links_of
+from scar_core._chunks import Chunk
+from scar_core._errors import MissingQueryError
+from scar_llamaindex._reads import links_of
 
 __all__ = ["annotated", "checked", "found", "rendered", "required"]
 

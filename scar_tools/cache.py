@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scar_core.errors import DataFormatError, EmbeddingError
+from scar_core._errors import DataFormatError, EmbeddingError
 
 if TYPE_CHECKING:
     from scar_tools.embedders import Embedder

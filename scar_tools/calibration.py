@@ -1,7 +1,7 @@
 """A fixed continuity bonus for a whole corpus, without labels.
 
 Budget mode works out ``alpha`` for each query by default
-(:func:`scar_core.scoring.query_continuity_bonus`); this module is for a bonus fixed once per
+(:func:`scar_core._scoring.query_continuity_bonus`); this module is for a bonus fixed once per
 corpus instead. ``alpha`` is in the cosine units of the embedding model. Models differ in how
 alike they find two adjacent chunks (all-MiniLM-L6-v2: mean boundary penalty about 0.5 on the dev
 sets; a model2vec model distilled from it: about 0.3), and the best ``alpha`` follows: on the
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.errors import InvalidSettingsError
-from scar_core.scoring import unit_rows
+from scar_core._errors import InvalidSettingsError
+from scar_core._scoring import unit_rows
 
 __all__ = ["BONUS_PER_BOUNDARY_PENALTY", "suggest_continuity_bonus"]
 

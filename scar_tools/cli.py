@@ -177,7 +177,7 @@ def _cache(args: argparse.Namespace) -> Any:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from scar_core.errors import DataFormatError
+    from scar_core._errors import DataFormatError
     from scar_tools.demo import DEMO_CHUNK_SIZE, load_sample
     from scar_tools.eval import DEFAULT_METHODS, EvalConfig, embedder_for, load_benchmark
     from scar_tools.eval.answers import answering_from_args
@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for variable in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS"):
             os.environ.setdefault(variable, "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from scar_core.errors import ScarError
+    from scar_core._errors import ScarError
 
     started = time.perf_counter()
     try:

@@ -21,9 +21,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scar_core.errors import DataFormatError
-from scar_core.scoring import CONTINUITY_CAP, CONTINUITY_RANKS
-from scar_core.settings import DEFAULT_LAMBDA, BudgetSettings
+from scar_core._errors import DataFormatError
+from scar_core._scoring import CONTINUITY_CAP, CONTINUITY_RANKS
+from scar_core._settings import DEFAULT_LAMBDA, BudgetSettings
 from scar_tools.eval.data import Benchmark, read_legalbench
 from scar_tools.eval.runner import EvalConfig, EvalResults, run_evaluation
 

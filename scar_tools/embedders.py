@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from scar_core.errors import (
+from scar_core._errors import (
     DataFormatError,
     EmbeddingError,
     InvalidSettingsError,
     missing_dependency,
 )
-from scar_core.settings import check_int
+from scar_core._settings import check_int
 
 if TYPE_CHECKING:
     import openai
@@ -196,7 +196,7 @@ class OpenAIEmbedder:
 
     Retries are the client's own: rate limits (429), timeouts and server errors are retried with
     backoff ``max_retries`` times; what still fails raises
-    :class:`~scar_core.errors.EmbeddingError`. The API key is never put in a message or a ``repr``.
+    :class:`~scar_core._errors.EmbeddingError`. The API key is never put in a message or a ``repr``.
 
     Args:
         model: An embedding model the endpoint serves.

@@ -21,7 +21,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from scar_langchain import link_chunks
-from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain._links import NEXT_ID_KEY, PREVIOUS_ID_KEY
 
 
 @dataclass(frozen=True)

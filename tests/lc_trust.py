@@ -19,7 +19,7 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 
 from scar_langchain import SCARRetriever, link_chunks
-from scar_langchain.links import NEXT_ID_KEY
+from scar_langchain._links import NEXT_ID_KEY
 
 QUERY = "what does tenant a's contract say?"
 #: The settings every store is checked under: budget mode at several k, the paper's rule with

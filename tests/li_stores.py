@@ -36,7 +36,7 @@ from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
 
 from li_support import QUERY, CountingDocstore, WordHashEmbedding, angle, documents, splitter
 from scar_llamaindex import SCARNodePostprocessor
-from scar_llamaindex.reads import links_of, reader_for
+from scar_llamaindex._reads import links_of, reader_for
 
 QUERIES = [QUERY, "topic1 part 4 word1x4", "word0x0 and word5x6", "Document 2 is about topic2"]
 #: Budget mode (the default, window 2) and the paper's rule (window 1, then 2), as ``(k, settings)``.

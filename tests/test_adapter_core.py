@@ -22,9 +22,9 @@ from pydantic import Field
 
 from lc_stores import CountingEmbeddings, make_corpus
 from li_support import WordHashEmbedding
-from scar_core.errors import InvalidSettingsError, MissingQueryError
+from scar_core._errors import InvalidSettingsError, MissingQueryError
 from scar_langchain import SCARRetriever, link_chunks
-from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain._links import NEXT_ID_KEY, PREVIOUS_ID_KEY
 from scar_llamaindex import SCARNodePostprocessor
 
 CORPUS = make_corpus()

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from scar_core.errors import InvalidSettingsError
-from scar_core.settings import estimate_tokens
+from scar_core._errors import InvalidSettingsError
+from scar_core._settings import estimate_tokens
 from test_adapter_core import CORPUS, lc_retriever, li_index, li_run
 
 

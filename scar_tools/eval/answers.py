@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
-from scar_core.passages import stitch
+from scar_core._errors import InvalidSettingsError, MissingDependencyError, missing_dependency
+from scar_core._passages import stitch
 from scar_tools.embedders import scrub_secrets
 from scar_tools.eval.embedding import progress, token_counter
 from scar_tools.eval.methods import REGISTRY

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
+from scar_core._errors import InvalidSettingsError, MissingDependencyError, missing_dependency
 from scar_tools.eval.methods import Method, MethodRegistry
 from scar_tools.eval.metrics import summarize
 from scar_tools.eval.stats import paired_bootstrap

@@ -2,8 +2,8 @@
 
 Each document is split on its own, by default with LangChain's
 ``RecursiveCharacterTextSplitter(chunk_size=500, chunk_overlap=0, add_start_index=True)``. The chunk
-gets the id :func:`scar_core.links.chunk_id_for` of its document, text and offset, and the links of
-:func:`scar_core.links.link_sequence`. A query's gold chunks are every chunk holding at least one character of its evidence.
+gets the id :func:`scar_core._links.chunk_id_for` of its document, text and offset, and the links of
+:func:`scar_core._links.link_sequence`. A query's gold chunks are every chunk holding at least one character of its evidence.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.errors import DataFormatError, InvalidSettingsError, missing_dependency
-from scar_core.links import chunk_id_for, link_sequence
+from scar_core._errors import DataFormatError, InvalidSettingsError, missing_dependency
+from scar_core._links import chunk_id_for, link_sequence
 from scar_tools.eval.data import EvalQuery
 
 __all__ = ["ChunkedCorpus", "EvalChunk", "Splitter", "chunk_corpus", "recursive_character_splitter"]

@@ -21,7 +21,7 @@ JSON object per line, blank lines skipped::
     queries.jsonl:  {"query": "...", "snippets": [{"doc_id": "policy-1", "span": [0, 42]}]}
 
 A benchmark holds only the documents its queries name. Every error is a
-:class:`~scar_core.errors.DataFormatError` naming the file, the query and the value at fault.
+:class:`~scar_core._errors.DataFormatError` naming the file, the query and the value at fault.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from scar_core.errors import DataFormatError
+from scar_core._errors import DataFormatError
 
 __all__ = [
     "Benchmark",

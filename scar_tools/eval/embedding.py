@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.errors import EmbeddingError, InvalidSettingsError, missing_dependency
-from scar_core.scoring import unit_rows
+from scar_core._errors import EmbeddingError, InvalidSettingsError, missing_dependency
+from scar_core._scoring import unit_rows
 from scar_tools.embedders import Embedder
 
 if TYPE_CHECKING:

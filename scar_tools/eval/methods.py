@@ -1,7 +1,7 @@
 r"""Retrieval methods for the evaluation, and the registry that builds them from their names.
 
 A method is a function ``QueryContext -> Selection``. Every method, the baselines included, selects
-through :func:`scar_core.selection.select`, so no method carries a second copy of SCAR's rule:
+through :func:`scar_core._selection.select`, so no method carries a second copy of SCAR's rule:
 
 * top-``B`` is budget mode that keeps all ``B`` hits (nothing is left to bid for);
 * the static window keeps the ``k`` hits and lets every neighbour win (continuity bonus 10, which
@@ -34,7 +34,7 @@ Names (``B``, ``W``, ``S``, ``N`` integers; ``G``, ``L``, ``A`` numbers; ``k`` i
 =========================  ==================================================================
 
 Both token methods count a chunk's tokens as the report's token metric does (cl100k_base when
-tiktoken is installed, else :func:`scar_core.settings.estimate_tokens`), so they compare at equal
+tiktoken is installed, else :func:`scar_core._settings.estimate_tokens`), so they compare at equal
 tokens.
 
 Add your own with :func:`register_method`.
@@ -50,9 +50,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.errors import InvalidSettingsError, MissingDependencyError, missing_dependency
-from scar_core.selection import Chunk, Selection, fill_in_order, select
-from scar_core.settings import (
+from scar_core._errors import InvalidSettingsError, MissingDependencyError, missing_dependency
+from scar_core._selection import Chunk, Selection, fill_in_order, select
+from scar_core._settings import (
     DEFAULT_BUDGET_WINDOW,
     DEFAULT_GAMMA,
     DEFAULT_LAMBDA,
@@ -92,7 +92,7 @@ class QueryContext:
         ranked: Rows of every chunk of the query's scope, best cosine first.
         k: The run's ``--k``.
         corpus: The chunked corpus.
-        nodes: The :class:`~scar_core.selection.Chunk` of every row (unit vector and links).
+        nodes: The :class:`~scar_core._selection.Chunk` of every row (unit vector and links).
     """
 
     vector: npt.NDArray[np.float64]
@@ -112,7 +112,7 @@ class QueryContext:
         nodes: Sequence[Chunk] | None = None,
         tokens: ChunkTokens | None = None,
     ) -> Selection:
-        """Run :func:`scar_core.selection.select` on ``hits`` and the chunks within reach of them.
+        """Run :func:`scar_core._selection.select` on ``hits`` and the chunks within reach of them.
 
         Args:
             hits: Retrieved chunk ids, best first.
@@ -131,7 +131,7 @@ class QueryContext:
 class ChunkTokens:
     """Count a chunk's tokens once, as the report does: cl100k_base, else the character estimate.
 
-    The estimate, :func:`scar_core.settings.estimate_tokens`, is used when tiktoken is missing.
+    The estimate, :func:`scar_core._settings.estimate_tokens`, is used when tiktoken is missing.
     """
 
     def __init__(self) -> None:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.passages import stitch
-from scar_core.selection import Selection
+from scar_core._passages import stitch
+from scar_core._selection import Selection
 from scar_tools.eval.chunking import ChunkedCorpus
 from scar_tools.eval.embedding import token_counter
 
@@ -82,7 +82,7 @@ def chunk_recall(selected: Collection[str], gold: Collection[str]) -> float:
 class PassageTokens:
     """Count the cl100k_base tokens of a selection's passages, each distinct passage once.
 
-    A passage's text is its chunks stitched with :func:`scar_core.passages.stitch` (start offsets
+    A passage's text is its chunks stitched with :func:`scar_core._passages.stitch` (start offsets
     known, so an overlap is kept once and a gap becomes a line break).
 
     Args:

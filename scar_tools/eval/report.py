@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scar_core.errors import missing_dependency
+from scar_core._errors import missing_dependency
 from scar_tools.eval.runner import GROUPS, EvalResults
 
 __all__ = ["plot_pareto", "render_markdown", "write_outputs"]

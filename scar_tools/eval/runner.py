@@ -3,17 +3,17 @@
 Protocol (defaults of :class:`EvalConfig`):
 
 1. Each document is chunked on its own (500 characters, no overlap, LangChain's recursive
-   splitter); chunks get the ids and previous/next links of :mod:`scar_core.links`.
+   splitter); chunks get the ids and previous/next links of :mod:`scar_core._links`.
 2. A query's gold chunks hold at least one character of its evidence. A query is *fragmented* when
    it has two or more, else *atomic*. A query whose evidence lies wholly in whitespace the splitter
    dropped has no gold chunk; it is excluded and counted.
 3. Chunks and queries are embedded (through the vector cache) and every chunk of the query's scope
    (its evidence's documents, or the whole corpus) is ranked by cosine, ties by chunk order.
 4. Every method (:mod:`scar_tools.eval.methods`) selects chunks per query through
-   :func:`scar_core.selection.select`; chunk recall, evidence-character recall, unique chunks and
+   :func:`scar_core._selection.select`; chunk recall, evidence-character recall, unique chunks and
    tokens are recorded per query and averaged per group (``fragmented``, ``atomic``, ``all``).
    **Tokens** are cl100k_base tokens of the context an LLM would read: each passage of the
-   selection stitched with :func:`scar_core.passages.stitch`, tokens summed over passages.
+   selection stitched with :func:`scar_core._passages.stitch`, tokens summed over passages.
 5. The reference method is compared with every other by a paired bootstrap
    (:mod:`scar_tools.eval.stats`) on each metric and group.
 6. A sweep traces recall against chunks for top-B over B, the static window over W, the paper's
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.errors import InvalidSettingsError
-from scar_core.selection import Chunk, Selection
+from scar_core._errors import InvalidSettingsError
+from scar_core._selection import Chunk, Selection
 from scar_tools.embedders import Embedder
 from scar_tools.eval.chunking import ChunkedCorpus, Splitter, chunk_corpus
 from scar_tools.eval.data import Benchmark, EvalQuery
@@ -136,7 +136,7 @@ class PreparedBenchmark:
         evidence: Per query, its spans as merged ``(document, start, end)`` ranges.
         fragmented: Per query, whether it has two or more gold chunks.
         query_units: Unit query vectors, one row per query.
-        nodes: The :class:`~scar_core.selection.Chunk` of every corpus row.
+        nodes: The :class:`~scar_core._selection.Chunk` of every corpus row.
         ranked: Per query, the rows of its scope, best cosine first.
         model_name: The embedder's name.
     """

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.errors import InvalidSettingsError
+from scar_core._errors import InvalidSettingsError
 
 __all__ = ["DEFAULT_RESAMPLES", "PairedComparison", "paired_bootstrap", "paired_bootstrap_many"]
 

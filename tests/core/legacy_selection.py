@@ -1,8 +1,8 @@
-"""A frozen copy of scar_core/selection.py before issue 45: the reference the new solver must match.
+"""A frozen copy of scar_core/_selection.py before issue 45: the reference the new solver must match.
 
 Both take the query vector, the retrieved chunk ids best first, and a mapping of every chunk they
 may look at (its vector and its previous/next links). Neither reads from a store:
-:class:`scar_core.driver.QueryDriver` decides what to read and then calls :func:`select`.
+:class:`scar_core._driver.QueryDriver` decides what to read and then calls :func:`select`.
 
 **Paper mode** (:func:`paper_expand`). Seeds are walked best first; in each allowed direction the
 walk visits the chunks 1, 2, ... ``window`` steps away. A chunk already selected is passed
@@ -20,7 +20,7 @@ the chunks within ``window`` steps of them:
   relevance ``cos(q, x)`` and every linked pair of chosen chunks adds ``alpha - lambda_ * b``.
 
 So a neighbour joined to a chosen chunk bids ``S + alpha`` (``alpha`` is the continuity bonus:
-by default each query's own, :func:`scar_core.scoring.query_continuity_bonus`),
+by default each query's own, :func:`scar_core._scoring.query_continuity_bonus`),
 and a run of two or three neighbours bids as a whole against the further hits it would displace.
 The best set is found exactly, by one dynamic programme over the chains of linked candidates laid
 end to end, vectorised over the weight taken (1 a chunk, or its tokens).
@@ -65,7 +65,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.scoring import (
+from scar_core._scoring import (
     boundary_penalty,
     expansion_score,
     paper_threshold,
@@ -73,7 +73,7 @@ from scar_core.scoring import (
     unit_rows,
     unit_vector,
 )
-from scar_core.settings import BudgetSettings, Direction, PaperSettings
+from scar_core._settings import BudgetSettings, Direction, PaperSettings
 
 __all__ = [
     "Chunk",

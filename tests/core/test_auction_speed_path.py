@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_selection import corpus
 
 from scar_core import BudgetSettings, Chunk, InvalidSettingsError, ScarSettings, budget_select
-from scar_core.settings import MAX_AUCTION_HITS
+from scar_core._settings import MAX_AUCTION_HITS
 
 
 @settings(max_examples=150, deadline=None)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from scar_core.chunks import Chunk
-from scar_core.driver import QueryDriver, distinct_ids
-from scar_core.settings import BudgetSettings, ScarSettings
+from scar_core._chunks import Chunk
+from scar_core._driver import QueryDriver, distinct_ids
+from scar_core._settings import BudgetSettings, ScarSettings
 
 
 def test_a_real_id_shaped_like_a_made_up_one_swallows_no_hit() -> None:

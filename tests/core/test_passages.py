@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scar_core.passages import MIN_TEXT_OVERLAP, stitch
+from scar_core._passages import MIN_TEXT_OVERLAP, stitch
 
 
 @given(

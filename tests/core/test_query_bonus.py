@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scar_core import BudgetSettings, PaperSettings, budget_select, select
-from scar_core.scoring import CONTINUITY_CAP, CONTINUITY_RANKS, query_continuity_bonus
+from scar_core._scoring import CONTINUITY_CAP, CONTINUITY_RANKS, query_continuity_bonus
 from tests.core.test_selection import candidates_of, corpus, cos, naive_budget
 
 relevances = st.lists(st.floats(-1, 1), min_size=2, max_size=20)

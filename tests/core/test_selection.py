@@ -303,7 +303,7 @@ def test_chunks_of_another_dimension_are_kept_unscored_not_a_crash() -> None:
     )
 )
 def test_unit_rows_agree_with_a_naive_norm_and_flag_every_unusable_row(rows) -> None:
-    from scar_core.scoring import unit_rows
+    from scar_core._scoring import unit_rows
 
     units, usable = unit_rows(np.array(rows))
     for row, unit, ok in zip(rows, units, usable, strict=True):

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from test_selection import candidates_of, corpus, cos, passages_of
 
 from scar_core import BudgetSettings, InvalidSettingsError, ScarSettings, budget_select
-from scar_core.chunks import Chunk
-from scar_core.driver import QueryDriver
-from scar_core.selection import fill_in_order
-from scar_core.settings import estimate_tokens
+from scar_core._chunks import Chunk
+from scar_core._driver import QueryDriver
+from scar_core._selection import fill_in_order
+from scar_core._settings import estimate_tokens
 
 
 def lengths(chunks, seed: int, low: int = 1, high: int = 9) -> dict[str, int]:

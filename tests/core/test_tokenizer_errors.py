@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scar_core.chunks import Chunk
-from scar_core.driver import QueryDriver
-from scar_core.errors import InvalidSettingsError
-from scar_core.settings import ScarSettings
+from scar_core._chunks import Chunk
+from scar_core._driver import QueryDriver
+from scar_core._errors import InvalidSettingsError
+from scar_core._settings import ScarSettings
 
 
 def test_a_tokenizer_named_by_its_encoding_is_told_to_be_a_function() -> None:

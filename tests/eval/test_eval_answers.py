@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from eval_support import QUERIES, HashEmbedder, write_legalbench
 
-from scar_core.errors import MissingDependencyError
+from scar_core._errors import MissingDependencyError
 from scar_tools.cli import main
 from scar_tools.eval import EvalConfig, load_benchmark, run_evaluation
 from scar_tools.eval.answers import Answering, ChatModel, judge

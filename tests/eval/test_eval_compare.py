@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from eval_support import HashEmbedder, write_legalbench
 
-from scar_core.errors import InvalidSettingsError
+from scar_core._errors import InvalidSettingsError
 from scar_tools.cli import build_parser, main
 from scar_tools.eval import PreparedBenchmark, create_method, load_benchmark, prepare_benchmark
 from scar_tools.eval.budgets import BUDGETS, budget_methods

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from eval_support import BENCH, DOCUMENTS, QUERIES, write_jsonl, write_legalbench
 
-from scar_core.errors import DataFormatError
+from scar_core._errors import DataFormatError
 from scar_tools.eval import load_benchmark
 from scar_tools.eval.data import read_jsonl_benchmark, read_legalbench
 

@@ -6,9 +6,9 @@ import pytest
 from eval_support import HashEmbedder, write_legalbench
 
 from scar_core import QueryDriver
-from scar_core.errors import InvalidSettingsError
-from scar_core.selection import Chunk, Selection, select
-from scar_core.settings import BudgetSettings, PaperSettings
+from scar_core._errors import InvalidSettingsError
+from scar_core._selection import Chunk, Selection, select
+from scar_core._settings import BudgetSettings, PaperSettings
 from scar_tools.eval import PreparedBenchmark, create_method, load_benchmark, prepare_benchmark
 from scar_tools.eval.methods import REGISTRY, MethodRegistry, top
 

@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from scar_core.errors import InvalidSettingsError
+from scar_core._errors import InvalidSettingsError
 from scar_tools.eval import EvalConfig, paired_bootstrap, run_evaluation
 from scar_tools.eval.data import Benchmark, EvalQuery, EvidenceSpan
 from scar_tools.eval.embedding import token_counter

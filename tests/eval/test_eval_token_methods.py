@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from eval_support import HashEmbedder, write_legalbench
 
-from scar_core.errors import InvalidSettingsError
-from scar_core.selection import select
-from scar_core.settings import BudgetSettings
+from scar_core._errors import InvalidSettingsError
+from scar_core._selection import select
+from scar_core._settings import BudgetSettings
 from scar_tools.eval import PreparedBenchmark, create_method, load_benchmark, prepare_benchmark
 from scar_tools.eval.embedding import token_counter
 from scar_tools.eval.methods import TOKEN_HITS, ChunkTokens, top

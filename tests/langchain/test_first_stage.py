@@ -24,7 +24,7 @@ from lc_support import WordHashEmbeddings, documents
 from lc_stores import STORES
 from lc_trust import FILTERS, forbidden, leaks, tenant_chunks
 from lc_trust import QUERY as TENANT_QUERY
-from scar_core.errors import InvalidSettingsError
+from scar_core._errors import InvalidSettingsError
 from scar_langchain import SCARRetriever, link_chunks, link_store
 
 with warnings.catch_warnings():

@@ -24,7 +24,7 @@ from packaging.requirements import Requirement
 from qdrant_client import QdrantClient, models
 
 from scar_langchain import _compat
-from scar_langchain.stores import access_for
+from scar_langchain._stores import access_for
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # langchain-community is sunset

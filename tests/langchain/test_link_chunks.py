@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from langchain_core.documents import Document
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from scar_core.errors import DataFormatError
+from scar_core._errors import DataFormatError
 from scar_langchain import link_chunks
-from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain._links import NEXT_ID_KEY, PREVIOUS_ID_KEY
 
 MINUTES = "Minutes of the board meeting.\n\n" + "\n\n".join(
     f"Item {n}: the board discussed budget line {n} and agreed to revisit it next quarter."

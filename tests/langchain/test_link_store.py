@@ -20,9 +20,9 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from lc_stores import STORES, Corpus, CountingEmbeddings, expected_links, make_corpus, store_ids
-from scar_core.errors import DataFormatError, InvalidSettingsError, MissingDependencyError
+from scar_core._errors import DataFormatError, InvalidSettingsError, MissingDependencyError
 from scar_langchain import SCARRetriever, link_chunks, link_store, replace_documents
-from scar_langchain.links import LINK_KEYS, NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain._links import LINK_KEYS, NEXT_ID_KEY, PREVIOUS_ID_KEY
 
 KINDS = ["memory", "faiss", "chroma", "qdrant"]
 

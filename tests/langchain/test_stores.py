@@ -20,7 +20,7 @@ from lc_stores import (
     scores,
 )
 from scar_langchain import SCARRetriever
-from scar_langchain.stores import access_for
+from scar_langchain._stores import access_for
 
 EMBEDDED = ["faiss", "chroma", "qdrant"]
 #: Budget mode (the default) and the paper's rule, each at every k from 3 to 8.

@@ -17,9 +17,9 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from lc_stores import STORES
 from lc_trust import FILTERS, QUERY, SETTINGS, check_no_leak, forbidden, leaks, tenant_chunks
-from scar_core.errors import DataFormatError, InvalidSettingsError
+from scar_core._errors import DataFormatError, InvalidSettingsError
 from scar_langchain import SCARRetriever, link_chunks
-from scar_langchain.links import CHUNK_ID_KEY
+from scar_langchain._links import CHUNK_ID_KEY
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from lc_support import WordHashEmbeddings, documents
 
 from scar_langchain import SCARRetriever, link_chunks, link_store
-from scar_langchain.links import NEXT2_ID_KEY, NEXT_ID_KEY, PREVIOUS2_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain._links import NEXT2_ID_KEY, NEXT_ID_KEY, PREVIOUS2_ID_KEY, PREVIOUS_ID_KEY
 
 QUESTIONS = ["word2x3 and topic2", "word4x1 part 1", "word0x4 topic0 word1x2"]
 

@@ -20,7 +20,7 @@ from li_support import (
     linked_nodes,
     scored,
 )
-from scar_core.errors import NeighborFetchError
+from scar_core._errors import NeighborFetchError
 from scar_llamaindex import SCARNodePostprocessor
 
 BUNDLE = QueryBundle("q", embedding=angle(0.0))

@@ -37,9 +37,9 @@ from li_stores import (
     shared,
 )
 from li_support import WordHashEmbedding, angle, docstore_of, linked_nodes, scored
-from scar_core.errors import InvalidSettingsError, MissingQueryError
+from scar_core._errors import InvalidSettingsError, MissingQueryError
 from scar_llamaindex import SCARNodePostprocessor
-from scar_llamaindex.reads import reader_for
+from scar_llamaindex._reads import reader_for
 
 BUNDLE = QueryBundle(GUARDED_QUERY)
 

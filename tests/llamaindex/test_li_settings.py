@@ -17,7 +17,7 @@ from li_support import (
     linked_nodes,
     scored,
 )
-from scar_core.errors import InvalidSettingsError
+from scar_core._errors import InvalidSettingsError
 from scar_llamaindex import SCARNodePostprocessor
 
 BUDGET_ONLY = {"keep": 1, "continuity_bonus": 0.0}

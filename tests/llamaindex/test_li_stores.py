@@ -42,9 +42,9 @@ from li_stores import (
     qdrant_built,
     scar,
 )
-from scar_core.errors import NeighborFetchError
+from scar_core._errors import NeighborFetchError
 from scar_llamaindex import SCARNodePostprocessor
-from scar_llamaindex.reads import links_of
+from scar_llamaindex._reads import links_of
 
 QUERY_0 = QUERIES[0]
 QDRANT_ASYNC = "(?s)QdrantVectorStore.aget_nodes failed.*Async client is not initialized"

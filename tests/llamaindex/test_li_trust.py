@@ -44,7 +44,7 @@ from li_stores import (
     qdrant_built,
 )
 from li_support import angle, docstore_of, ids_and_scores, linked_nodes, scored
-from scar_core.errors import InvalidSettingsError
+from scar_core._errors import InvalidSettingsError
 from scar_llamaindex import SCARNodePostprocessor
 
 BUNDLE = QueryBundle(GUARDED_QUERY)

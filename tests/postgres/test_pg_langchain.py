@@ -23,7 +23,7 @@ from lc_stores import (
     scores,
 )
 from scar_langchain import SCARRetriever
-from scar_langchain.stores import access_for
+from scar_langchain._stores import access_for
 
 pytestmark = pytest.mark.postgres
 

@@ -17,9 +17,9 @@ import pytest
 from langchain_core.documents import Document
 
 from lc_stores import Corpus, CountingEmbeddings, expected_links, make_corpus, store_ids
-from scar_core.errors import DataFormatError, InvalidSettingsError
+from scar_core._errors import DataFormatError, InvalidSettingsError
 from scar_langchain import SCARRetriever, link_store
-from scar_langchain.links import LINK_KEYS, NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain._links import LINK_KEYS, NEXT_ID_KEY, PREVIOUS_ID_KEY
 
 pytestmark = pytest.mark.postgres
 

@@ -46,7 +46,7 @@ from li_stores import (
     scar,
     shared,
 )
-from scar_core.errors import InvalidSettingsError
+from scar_core._errors import InvalidSettingsError
 from scar_llamaindex import SCARNodePostprocessor
 
 pytestmark = pytest.mark.postgres

@@ -15,7 +15,7 @@ import pytest
 from lc_stores import STORES, comparable, pgvector_store
 from lc_trust import FILTERS, QUERY, SETTINGS, check_no_leak, tenant_chunks
 from scar_langchain import SCARRetriever
-from scar_langchain.links import NEXT_ID_KEY, PREVIOUS_ID_KEY
+from scar_langchain._links import NEXT_ID_KEY, PREVIOUS_ID_KEY
 
 pytestmark = pytest.mark.postgres
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scar_core.errors import DataFormatError, EmbeddingError
+from scar_core._errors import DataFormatError, EmbeddingError
 from scar_tools.cache import MAX_SEGMENTS, CachedEmbedder, EmbeddingCache
 from scar_tools.embedders import Embedder
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scar_core.errors import (
+from scar_core._errors import (
     DataFormatError,
     EmbeddingError,
     InvalidSettingsError,

@@ -13,8 +13,8 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from scar_core.errors import DataFormatError
-from scar_core.links import (
+from scar_core._errors import DataFormatError
+from scar_core._links import (
     MAX_GAP,
     OFFSET_KEY,
     PAGE_KEYS,
@@ -180,7 +180,7 @@ def link_chunks(
     tenants' files, sharing a ``source``; chunks of a document left out of the call) is
     refused, naming the document.
 
-    A chunk's id is derived from its whole document (:func:`scar_core.links.document_chunk_ids`:
+    A chunk's id is derived from its whole document (:func:`scar_core._links.document_chunk_ids`:
     the document key, and every chunk's text and metadata): re-ingesting the same chunks gives
     the same ids, so a re-run overwrites each chunk with itself, while two uploads that differ
     anywhere, or the same file under another tenant (another key or metadata), share no id.

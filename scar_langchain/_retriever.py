@@ -14,19 +14,19 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from scar_core.chunks import Chunk
-from scar_core.driver import QueryDriver, VectorMemory
-from scar_core.errors import (
+from scar_core._chunks import Chunk
+from scar_core._driver import QueryDriver, VectorMemory
+from scar_core._errors import (
     InvalidSettingsError,
     NeighborFetchError,
     settings_error_in,
     warn_once,
 )
-from scar_core.passages import stitch
-from scar_core.settings import DEFAULT_K, ScarSettings, check_int, take_settings
+from scar_core._passages import stitch
+from scar_core._settings import DEFAULT_K, ScarSettings, check_int, take_settings
+from scar_langchain import _links as lk
 from scar_langchain import _search
-from scar_langchain import links as lk
-from scar_langchain.stores import StoreAccess, access_for
+from scar_langchain._stores import StoreAccess, access_for
 
 __all__ = ["SCARRetriever"]
 
@@ -47,7 +47,7 @@ class SCARRetriever(BaseRetriever):
     Budget mode (the default) returns exactly ``k`` Documents, one per chunk, like
     ``as_retriever(search_kwargs={"k": k})``: the two best retrieved chunks are kept, and the
     other slots go to further hits or to neighbours that continue a chosen chunk, whichever set
-    bids higher in total (see ``scar_core.selection``). ``mode="paper"`` applies the paper's
+    bids higher in total (see ``scar_core._selection``). ``mode="paper"`` applies the paper's
     rule to ``k`` seeds instead, and the count varies.
 
     Documents come passage by passage (passages by their best hit's rank, chunks in document
@@ -259,7 +259,7 @@ class SCARRetriever(BaseRetriever):
                 self.vectorstore,
                 f"None of the chunks {type(self.vectorstore).__name__} returned was linked, so "
                 "SCAR returns plain top-k. Index chunks with scar_langchain.link_chunks(...), or "
-                "link an existing store with scar_langchain.link_store(...).",
+                "link an existing store with scar_langchain._link_store(...).",
                 stacklevel=5,
             )
         return scar

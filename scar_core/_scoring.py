@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.errors import InvalidVectorError
+from scar_core._errors import InvalidVectorError
 
 __all__ = [
     "CONTINUITY_CAP",

@@ -12,7 +12,7 @@ a vector for with the user's own embedding model::
     for chunk, trace in driver.returned():   # passage by passage
         render(chunk.item, trace)
 
-Hits are given as :class:`~scar_core.chunks.Chunk` records, best first; that record goes through
+Hits are given as :class:`~scar_core._chunks.Chunk` records, best first; that record goes through
 the whole query and comes back with its trace. Hits with one id and one content are one chunk;
 the first ``k`` distinct hits are kept, and the query vector is normalised, once, here.
 
@@ -22,7 +22,7 @@ hits the search returned without one), the next the chunks two steps away, up to
 by ``link_chunks`` and ``link_store``), the first read asks for both rings at once, and a chunk
 two steps away is kept only where the chunk between arrived (under the search's filter) and links
 to it; so budget mode costs one read beyond the search, or two with older links, and the
-selection is exactly what :func:`scar_core.selection.select` gives on the full graph.
+selection is exactly what :func:`scar_core._selection.select` gives on the full graph.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy.typing as npt
 
-from scar_core.chunks import Chunk, Scored, Selected, Selection, step_out, steps
-from scar_core.errors import InvalidSettingsError, InvalidVectorError, warn_once
-from scar_core.scoring import unit_vector
-from scar_core.selection import fill_in_order, selected_by
-from scar_core.settings import BudgetSettings, PaperSettings, ScarSettings, estimate_tokens
+from scar_core._chunks import Chunk, Scored, Selected, Selection, step_out, steps
+from scar_core._errors import InvalidSettingsError, InvalidVectorError, warn_once
+from scar_core._scoring import unit_vector
+from scar_core._selection import fill_in_order, selected_by
+from scar_core._settings import BudgetSettings, PaperSettings, ScarSettings, estimate_tokens
 
 __all__ = ["UNSTORED_HIT_PREFIX", "QueryDriver", "VectorMemory", "distinct_ids", "linked"]
 
@@ -112,7 +112,7 @@ class QueryDriver:
         settings: The mode's settings at this query's ``k`` (:meth:`ScarSettings.for_query`).
         neighbor_filter: Whether a neighbour read may be returned, from its metadata.
         tokenizer: Counts a chunk's tokens with ``max_tokens`` (default
-            :func:`~scar_core.settings.estimate_tokens`).
+            :func:`~scar_core._settings.estimate_tokens`).
         memory: Where texts embedded for chunks without a vector are kept; ``None``: such chunks
             are not embedded (:meth:`lacking` is empty) and stay unscored.
         owner: What warnings are about, once each (the store).

@@ -37,7 +37,7 @@ from llama_index.core.vector_stores.types import (
 )
 from llama_index.core.vector_stores.utils import build_metadata_filter_fn, metadata_dict_to_node
 
-from scar_core.errors import (
+from scar_core._errors import (
     InvalidSettingsError,
     NeighborFetchError,
     unfilterable_store_error,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, NamedTuple
 
-from scar_core.errors import DataFormatError, InvalidSettingsError
+from scar_core._errors import DataFormatError, InvalidSettingsError
 
 __all__ = [
     "CHUNK_ID_NAMESPACE",

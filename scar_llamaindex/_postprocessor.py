@@ -2,8 +2,8 @@
 
 LlamaIndex node parsers link each node to the one before and after it
 (``NodeRelationship.PREVIOUS`` / ``NEXT``). This postprocessor follows those links from the
-retrieved nodes, reads the neighbours and their stored embeddings (:mod:`scar_llamaindex.reads`),
-and lets :class:`scar_core.driver.QueryDriver` decide which of them continue the evidence.
+retrieved nodes, reads the neighbours and their stored embeddings (:mod:`scar_llamaindex._reads`),
+and lets :class:`scar_core._driver.QueryDriver` decide which of them continue the evidence.
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
-from scar_core.chunks import Chunk
-from scar_core.driver import QueryDriver, VectorMemory, linked
-from scar_core.errors import (
+from scar_core._chunks import Chunk
+from scar_core._driver import QueryDriver, VectorMemory, linked
+from scar_core._errors import (
     InvalidSettingsError,
     NeighborFetchError,
     settings_error_in,
     warn_once,
 )
-from scar_core.settings import ScarSettings, take_settings
+from scar_core._settings import ScarSettings, take_settings
 from scar_llamaindex import _compat
 from scar_llamaindex._nodes import checked, found, rendered, required
-from scar_llamaindex.reads import StoreReader, checked_reader
+from scar_llamaindex._reads import StoreReader, checked_reader
 
 __all__ = ["SCARNodePostprocessor"]
 
@@ -61,7 +61,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
 
     By default (``mode="budget"``) it returns exactly as many nodes as it receives, or ``top_n``:
     the best hits are kept and the other slots go to further nodes or to neighbours that continue
-    a chosen node, whichever set bids higher in total (see ``scar_core.selection``).
+    a chosen node, whichever set bids higher in total (see ``scar_core._selection``).
     ``mode="paper"`` applies the paper's rule to the incoming nodes (or the first ``top_n``) as
     seeds, and the count varies. Input nodes with the same id are one node: it comes back once.
 
@@ -76,7 +76,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     how the search is restricted: ``from_retriever(retriever)`` takes the retriever's own
     restrictions; ``from_index(index, filters=...)`` and the constructor require ``filters``
     (``None``: the search is unfiltered). Neighbours are read with them, and only if the index
-    holds them (:mod:`scar_llamaindex.reads` says how, per store); a restriction SCAR cannot
+    holds them (:mod:`scar_llamaindex._reads` says how, per store); a restriction SCAR cannot
     apply makes it refuse to be built, unless ``neighbor_filter`` or
     ``allow_unfiltered_neighbors=True`` says what to do instead.
 
@@ -93,7 +93,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         top_n: Nodes returned (budget) or seeds (paper); default: as many as received.
         filters: The retriever's ``MetadataFilters``; required (``None``: unfiltered).
         vector_store_kwargs: The retriever's ``vector_store_kwargs``: applied to the reads, or
-            known only to rank the search, or refused (see :mod:`scar_llamaindex.reads`).
+            known only to rank the search, or refused (see :mod:`scar_llamaindex._reads`).
             Required for a Qdrant store with custom sharding.
         **settings: The rest of :class:`scar_core.ScarSettings` (``mode``, ``lambda_``, ``keep``,
             ``continuity_bonus``, ``gamma``, ``window``, ``direction``, ``neighbor_filter``,
@@ -184,7 +184,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def from_index(cls, index: VectorStoreIndex, **kwargs: Any) -> SCARNodePostprocessor:
         """Build the postprocessor on an index's docstore, vector store and embed model.
 
-        A neighbour is read only if the index holds it (see :mod:`scar_llamaindex.reads`).
+        A neighbour is read only if the index holds it (see :mod:`scar_llamaindex._reads`).
 
         Args:
             index: The index whose retriever gives the nodes.
@@ -214,7 +214,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         """Build the postprocessor on a retriever's index, embed model and search restrictions.
 
         Neighbours are then read with the retriever's ``filters`` and ``vector_store_kwargs``
-        (an allow-list per store, see :mod:`scar_llamaindex.reads`), and kept only within its
+        (an allow-list per store, see :mod:`scar_llamaindex._reads`), and kept only within its
         ``node_ids`` (``index.as_retriever`` passes the index's nodes) and ``doc_ids``, if set.
         Its query mode, ``alpha``, ``sparse_top_k`` and ``hybrid_top_k`` rank the search and do
         not narrow it. ``VectorIndexRetriever`` has no public accessor for these, so

@@ -5,7 +5,7 @@ document, order values and current links), orders each document's chunks, then w
 link keys (``scar_document_id``, ``scar_position``, ``scar_prev_id``, ``scar_next_id``, and the
 ids two steps away, ``scar_prev2_id`` and ``scar_next2_id``: a store linked before those existed is
 upgraded) into the chunks whose links changed, in batches, through each store's own API, as
-:mod:`scar_langchain.stores` says store by store: only the link keys are written (Chroma,
+:mod:`scar_langchain._stores` says store by store: only the link keys are written (Chroma,
 Qdrant), or the rows' metadata (InMemory, FAISS, whose index and vectors are never touched), or,
 for ``PGVectorStore``, whose only public write is ``add_embeddings`` (an upsert of whole rows),
 the changed chunks' rows as read, texts and vectors unchanged, with the new link keys.
@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 from langchain_core.documents import Document
 from langchain_core.vectorstores import VectorStore
 
-from scar_core.errors import DataFormatError, InvalidSettingsError, missing_dependency
-from scar_core.links import (
+from scar_core._errors import DataFormatError, InvalidSettingsError, missing_dependency
+from scar_core._links import (
     MAX_GAP,
     OFFSET_KEY,
     PAGE_KEYS,
@@ -41,14 +41,14 @@ from scar_core.links import (
     order_joins,
     typed_json,
 )
-from scar_langchain.links import (
+from scar_langchain._links import (
     CHUNK_ID_KEY,
     LINK_KEYS,
     WRITTEN_KEYS,
     document_names,
     window_ids,
 )
-from scar_langchain.stores import Change, access_for
+from scar_langchain._stores import Change, access_for
 
 __all__ = ["PAGE_KEYS", "LinkReport", "link_store", "replace_documents"]
 

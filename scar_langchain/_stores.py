@@ -40,7 +40,7 @@ import numpy as np
 from langchain_core.documents import Document
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
-from scar_core.errors import warn_once
+from scar_core._errors import warn_once
 from scar_langchain import _compat
 from scar_langchain._access import (
     PAGE,
@@ -300,7 +300,7 @@ class _PGVector(_ByGet):
             self.store,
             f"{type(self.store).__name__}'s id column cannot hold the ids {named} that chunk "
             f"links name ({str(error).splitlines()[0]}), so SCAR counts those neighbours as "
-            "missing. Relink the chunks with scar_langchain.link_store(vectorstore), which "
+            "missing. Relink the chunks with scar_langchain._link_store(vectorstore), which "
             "writes links naming the ids the store holds.",
             stacklevel=2,
         )

@@ -1,6 +1,6 @@
 """The exact solver of the budget auction: one dynamic programme over the candidates.
 
-:func:`scar_core.selection.budget_select` lays the candidates end to end, chain after chain, as a
+:func:`scar_core._selection.budget_select` lays the candidates end to end, chain after chain, as a
 :class:`Line` (each chunk's bid, its pair bid with the chunk before it, its weight, whether it is a
 hit and whether it must be taken), and :class:`CountAuction` (a budget in chunks) or
 :class:`TokenAuction` (a budget in tokens) finds the set with the highest total bid.

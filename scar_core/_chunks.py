@@ -15,8 +15,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from scar_core.scoring import unit_rows
-from scar_core.settings import Direction
+from scar_core._scoring import unit_rows
+from scar_core._settings import Direction
 
 __all__ = [
     "Chunk", "Decision", "Origin", "Scored", "Selected", "Selection", "Step", "hit_relevance",
@@ -162,7 +162,7 @@ class Scored:
     """Unit vectors and query cosines of the chunks a selection touches, computed in one pass.
 
     Args:
-        query: The query's unit vector (:func:`~scar_core.scoring.unit_vector`).
+        query: The query's unit vector (:func:`~scar_core._scoring.unit_vector`).
         chunks: The chunks; those whose vector is missing, of another dimension, zero, NaN or
             infinite get none (they are unscored).
     """

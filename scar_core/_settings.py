@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
-from scar_core.errors import InvalidSettingsError
+from scar_core._errors import InvalidSettingsError
 
 __all__ = [
     "DEFAULT_GAMMA",
@@ -134,7 +134,7 @@ class BudgetSettings:
         continuity_bonus: ``alpha``, added for every linked pair of chosen chunks, so that a
             neighbour bids its expansion score ``S`` plus ``alpha`` against further retrieved
             chunks. ``None`` (the default) works it out for each query from what the query read
-            (:func:`scar_core.scoring.query_continuity_bonus`), so no model needs calibrating; a
+            (:func:`scar_core._scoring.query_continuity_bonus`), so no model needs calibrating; a
             number fixes it in cosine units. With 0 (and ``lambda_=0``) budget mode is plain
             top-k.
         lambda_: Weight of the boundary penalty.

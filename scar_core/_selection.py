@@ -2,7 +2,7 @@
 
 Both take the query vector, the retrieved chunk ids best first, and a mapping of every chunk they
 may look at (its vector and its previous/next links). Neither reads from a store:
-:class:`scar_core.driver.QueryDriver` decides what to read and then selects.
+:class:`scar_core._driver.QueryDriver` decides what to read and then selects.
 
 **Paper mode** (:func:`paper_expand`). Seeds are walked best first; in each allowed direction the
 walk visits the chunks 1, 2, ... ``window`` steps away. A chunk already selected is passed
@@ -20,11 +20,11 @@ the chunks within ``window`` steps of them:
   relevance ``cos(q, x)`` and every linked pair of chosen chunks adds ``alpha - lambda_ * b``.
 
 So a neighbour joined to a chosen chunk bids ``S + alpha`` (``alpha`` is the continuity bonus:
-by default each query's own, :func:`scar_core.scoring.query_continuity_bonus`),
+by default each query's own, :func:`scar_core._scoring.query_continuity_bonus`),
 and a run of two or three neighbours bids as a whole against the further hits it would displace.
 The best set is found exactly, by one dynamic programme over the chains of linked candidates laid
 end to end, vectorised over the weight taken (1 a chunk, or its tokens).
-(:mod:`scar_core.auction` holds the programme, with the table of its states).
+(:mod:`scar_core._auction` holds the programme, with the table of its states).
 
 A chunk whose vector is missing or unusable is never scored: as a neighbour it ends the walk and is
 listed in :attr:`Selection.unscored`; as a retrieved chunk it keeps its rank (it bids like the
@@ -38,8 +38,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy.typing as npt
 
-from scar_core.auction import CountAuction, Line, TokenAuction, flip_gains
-from scar_core.chunks import (
+from scar_core._auction import CountAuction, Line, TokenAuction, flip_gains
+from scar_core._chunks import (
     Chunk,
     Decision,
     Scored,
@@ -52,15 +52,15 @@ from scar_core.chunks import (
     step_out,
     steps,
 )
-from scar_core.errors import InvalidSettingsError
-from scar_core.scoring import (
+from scar_core._errors import InvalidSettingsError
+from scar_core._scoring import (
     boundary_penalty,
     expansion_score,
     paper_threshold,
     query_continuity_bonus,
     unit_vector,
 )
-from scar_core.settings import MAX_AUCTION_HITS, BudgetSettings, PaperSettings
+from scar_core._settings import MAX_AUCTION_HITS, BudgetSettings, PaperSettings
 
 __all__ = [
     "Chunk",
