@@ -429,7 +429,7 @@ cached = CacheBackedEmbeddings.from_bytes_store(
 store = MyStore(embedding=cached)  # SCARRetriever(vectorstore=store) embeds through it
 ```
 
-`scar_langchain._link_store` links the chunks of the five stores above in place, through their
+`scar_langchain.link_store` links the chunks of the five stores above in place, through their
 own update or upsert, without re-embedding; one class per store (`scar_langchain/_stores.py`)
 serves both these writes and the reads above. `QdrantVectorStore` (langchain-qdrant 1.x) takes
 only a sync `QdrantClient`, so its async path is LangChain's executor; the deprecated `Qdrant`

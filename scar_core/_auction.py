@@ -31,11 +31,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-
-__all__ = ["CountAuction", "Line", "TokenAuction", "flip_gains"]
 
 _NONE = -math.inf
 #: What a neighbour taken on a tie clears its bar by.
@@ -125,10 +124,8 @@ def flip_gains(auction: CountAuction | TokenAuction, line: Line) -> dict[str, fl
 class CountAuction:
     """The best set of exactly as many candidates as can be taken, up to ``capacity``.
 
-    One dynamic programme over the candidates laid end to end, chain after chain: for each
-    position, state and count taken, the best total, as a numpy array over the count. The line and
-    its reverse are swept together, in one pass (the reverse gives the flip thresholds), so each
-    step is a handful of numpy calls on arrays of ``2 x 3 x 3 x (capacity + 1)``.
+    The line and its reverse (for the flip thresholds) are swept in one pass, each step a handful
+    of numpy calls on arrays of ``2 x 3 x 3 x (capacity + 1)``.
     """
 
     def __init__(self, line: Line, capacity: int) -> None:
@@ -183,45 +180,28 @@ class CountAuction:
         joins = np.asarray([*line.joins, 0.0], dtype=np.float64)
         values = np.asarray(line.values, dtype=np.float64)
         taken = np.array([line.ids[p] in self.picked for p in at.tolist()], dtype=bool)
-        flipped: dict[int, float] = {}
+        size, flipped = self.target + 1, dict[int, float]()
         for block in range(0, at.size, _BLOCK):
-            part = at[block : block + _BLOCK]
-            found = self._flipped_block(
-                part,
-                taken[block : block + _BLOCK],
-                starts[part],
-                ends[part],
-                joins[part],
-                joins[part + 1],
-                values[part],
+            part, full = at[block : block + _BLOCK], taken[block : block + _BLOCK]
+            left, right = self.forward[part, :, :size], self.backward[n - 1 - part, :, :size]
+            first, last = starts[part, None], ends[part, None]
+            join, join_after = joins[part, None], joins[part + 1, None]
+            closed_left = np.maximum(left[:, _OUT], left[:, _ANCHORED])
+            closed_right = np.maximum(right[:, _OUT], right[:, _ANCHORED])
+            opens = np.where(first, _NONE, left[:, _OPEN] + join)
+            holds = np.where(first, _NONE, left[:, _ANCHORED] + join)
+            goes_on = np.where(last, _NONE, right[:, _OPEN] + join_after)
+            holds_after = np.where(last, _NONE, right[:, _ANCHORED] + join_after)
+            fresh = np.where(first, closed_left, left[:, _OUT])
+            stops = np.where(last, closed_right, right[:, _OUT])
+            without = _diagonal_max(closed_left, closed_right, full)
+            with_it = values[part] + np.maximum(
+                _diagonal_max(holds, np.maximum(np.maximum(stops, goes_on), holds_after), full),
+                _diagonal_max(np.maximum(fresh, opens), holds_after, full),
             )
+            found = np.where(full, without, with_it)
             flipped.update(zip(part.tolist(), found.tolist(), strict=True))
         return flipped
-
-    def _flipped_block(
-        self, at: IntArray, taken: npt.NDArray[np.bool_], first: npt.NDArray[np.bool_],
-        last: npt.NDArray[np.bool_], join: FloatArray, join_after: FloatArray, value: FloatArray,
-    ) -> FloatArray:  # fmt: skip
-        """:meth:`flipped` for the neighbours at positions ``at``."""
-        n, size = len(self.line.ids), self.target + 1
-        left, right = self.forward[at, :, :size], self.backward[n - 1 - at, :, :size]
-        first, last = first[:, None], last[:, None]
-        join, join_after = join[:, None], join_after[:, None]
-        closed_left = np.maximum(left[:, _OUT], left[:, _ANCHORED])
-        closed_right = np.maximum(right[:, _OUT], right[:, _ANCHORED])
-        opens = np.where(first, _NONE, left[:, _OPEN] + join)
-        holds = np.where(first, _NONE, left[:, _ANCHORED] + join)
-        goes_on = np.where(last, _NONE, right[:, _OPEN] + join_after)
-        holds_after = np.where(last, _NONE, right[:, _ANCHORED] + join_after)
-        fresh = np.where(first, closed_left, left[:, _OUT])
-        stops = np.where(last, closed_right, right[:, _OUT])
-        without = _diagonal_max(closed_left, closed_right, taken)
-        with_it = value + np.maximum(
-            _diagonal_max(holds, np.maximum(np.maximum(stops, goes_on), holds_after), taken),
-            _diagonal_max(np.maximum(fresh, opens), holds_after, taken),
-        )
-        result: FloatArray = np.where(taken, without, with_it)
-        return result
 
 
 #: Neighbours whose flipped totals are worked out together.
@@ -243,23 +223,17 @@ def _diagonal_max(left: FloatArray, right: FloatArray, full: npt.NDArray[np.bool
     return result
 
 
-class _Front:
+class _Front(NamedTuple):
     """The Pareto front of one state: weights never falling, totals strictly rising with them.
 
-    ``source`` and ``index`` say, for each point, the state and the point of the step before that
+    ``source`` and ``point`` say, for each point, the state and the point of the step before that
     it was reached from (forward pass only).
     """
 
-    __slots__ = ("index", "source", "totals", "weights")
-
-    def __init__(
-        self,
-        weights: IntArray,
-        totals: FloatArray,
-        source: npt.NDArray[np.int8] | None = None,
-        index: IntArray | None = None,
-    ) -> None:
-        self.weights, self.totals, self.source, self.index = weights, totals, source, index
+    weights: IntArray
+    totals: FloatArray
+    source: npt.NDArray[np.int8] | None = None
+    point: IntArray | None = None
 
 
 _EMPTY = _Front(np.zeros(0, dtype=np.int64), np.zeros(0))
@@ -325,10 +299,9 @@ class TokenAuction:
             front = self.forward[p + 1][state]
             if state != _OUT:
                 self.picked.add(line.ids[p])
-            source, came = front.source, front.index
-            if source is None or came is None:  # pragma: no cover - the forward sweep traces
-                raise RuntimeError("the forward sweep kept no way back")
-            state, index = int(source[index]), int(came[index])
+            assert front.source is not None  # the forward sweep traces
+            assert front.point is not None
+            state, index = int(front.source[index]), int(front.point[index])
 
     def _sweep(self, line: Line, traced: bool) -> list[list[_Front]]:
         start = _Front(np.zeros(1, dtype=np.int64), np.zeros(1))

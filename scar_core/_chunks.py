@@ -1,10 +1,4 @@
-"""The chunk records and the walk along their links, shared by the driver and both selections.
-
-A :class:`Chunk` is one record from hit to returned trace: what the selections need (id, vector,
-links) and what the adapter hands back (its own object, text and metadata). A selection answers
-with :class:`Selection`: the :class:`Selected` chunks, their passages and every neighbour's
-:class:`Decision`.
-"""
+"""The chunk records, the selections' answer and the walk along links, shared by the core."""
 
 from __future__ import annotations
 
@@ -17,11 +11,6 @@ import numpy.typing as npt
 
 from scar_core._scoring import unit_rows
 from scar_core._settings import Direction
-
-__all__ = [
-    "Chunk", "Decision", "Origin", "Scored", "Selected", "Selection", "Step", "hit_relevance",
-    "passages", "runs", "step_out", "steps",
-]  # fmt: skip
 
 Step = Literal["previous", "next"]
 Origin = Literal["hit", "neighbor"]
@@ -146,16 +135,9 @@ class Selection:
         return next((s for s in self.selected if s.chunk_id == chunk_id), None)
 
 
-_STEPS: dict[str, tuple[Step, ...]] = {
-    "both": ("previous", "next"),
-    "previous": ("previous",),
-    "next": ("next",),
-}
-
-
 def steps(direction: Direction) -> tuple[Step, ...]:
     """The steps a walk in ``direction`` takes from each chunk."""
-    return _STEPS[direction]
+    return ("previous", "next") if direction == "both" else (direction,)
 
 
 class Scored:
@@ -184,16 +166,12 @@ class Scored:
 
 
 def _fits(vector: object, dimension: int) -> bool:
-    """Whether ``vector`` is a 1-D array of ``dimension`` numbers."""
-    if vector is None:
-        return False
-    if isinstance(vector, np.ndarray):
-        return bool(vector.shape == (dimension,))
+    if isinstance(vector, np.ndarray) or vector is None:
+        return vector is not None and vector.shape == (dimension,)
     try:
-        array = np.asarray(vector, dtype=np.float64)
+        return np.asarray(vector, dtype=np.float64).shape == (dimension,)
     except (TypeError, ValueError):
         return False
-    return array.shape == (dimension,)
 
 
 def hit_relevance(hits: Sequence[str], scored: Scored) -> list[float]:
@@ -216,11 +194,9 @@ def passages(
 
 
 def runs(ids: Sequence[str], chunks: Mapping[str, Chunk], members: set[str]) -> list[list[str]]:
-    """Split ``ids`` into runs of linked chunks, each in document order.
+    """Split ``ids`` into runs of linked ``members``, each in document order (others: alone).
 
-    Two members are linked when either names the other (``next`` or ``previous``); a chunk keeps
-    one link each way, so inconsistent or circular links still give simple runs. An id outside
-    ``members`` is a run of its own.
+    A chunk keeps one link each way, so inconsistent or circular links still give simple runs.
     """
     after: dict[str, str] = {}
     before: dict[str, str] = {}
@@ -247,12 +223,7 @@ def runs(ids: Sequence[str], chunks: Mapping[str, Chunk], members: set[str]) -> 
 def step_out(
     ring: Iterable[str], chunks: Mapping[str, Chunk], direction: Direction, seen: set[str]
 ) -> list[tuple[str, str, Step]]:
-    """One step of the walk out from ``ring``: the chunks not ``seen`` yet, each once.
-
-    The one ring walk both the query driver (what to read next) and the budget auction (which
-    candidates it weighs) take. Returns ``(target, the chunk it was reached from, direction)``
-    and adds each target to ``seen``.
-    """
+    """One step out from ``ring``: ``(target, from, step)`` once per target, added to ``seen``."""
     reached = []
     for via in ring:
         for step in steps(direction):

@@ -12,17 +12,11 @@ a vector for with the user's own embedding model::
     for chunk, trace in driver.returned():   # passage by passage
         render(chunk.item, trace)
 
-Hits are given as :class:`~scar_core._chunks.Chunk` records, best first; that record goes through
-the whole query and comes back with its trace. Hits with one id and one content are one chunk;
-the first ``k`` distinct hits are kept, and the query vector is normalised, once, here.
-
-Reads go ring by ring: the first read brings every chunk one step from a hit (and the vectors of
-hits the search returned without one), the next the chunks two steps away, up to the mode's
-``window``. Where the hits' links name the chunks two steps away (``Chunk.window_ids``, written
-by ``link_chunks`` and ``link_store``), the first read asks for both rings at once, and a chunk
-two steps away is kept only where the chunk between arrived (under the search's filter) and links
-to it; so budget mode costs one read beyond the search, or two with older links, and the
-selection is exactly what :func:`scar_core._selection.select` gives on the full graph.
+Reads go ring by ring out from the hits (the first also brings hits' missing vectors), up to the
+mode's ``window``. Where the hits' links name the chunks two steps away (``Chunk.window_ids``),
+the first read asks for both rings, keeping a chunk two steps away only where the chunk between
+arrived and links to it: one read beyond the search, and the selection is exactly what
+:func:`scar_core._selection.select` gives on the full graph.
 """
 
 from __future__ import annotations
@@ -42,12 +36,8 @@ from scar_core._scoring import unit_vector
 from scar_core._selection import fill_in_order, selected_by
 from scar_core._settings import BudgetSettings, PaperSettings, ScarSettings, estimate_tokens
 
-__all__ = ["UNSTORED_HIT_PREFIX", "QueryDriver", "VectorMemory", "distinct_ids", "linked"]
-
 #: Prefix of the ids :func:`distinct_ids` makes for hits without an id of their own.
 UNSTORED_HIT_PREFIX = "scar-hit-"
-#: The decision fields a neighbour's trace carries.
-DECISION_FIELDS = ("relevance", "boundary_penalty", "score", "threshold")
 
 
 def distinct_ids(hits: Sequence[tuple[str | None, Hashable]]) -> list[str]:
@@ -174,10 +164,7 @@ class QueryDriver:
         memory: VectorMemory | None = None,
         owner: object = None,
     ) -> QueryDriver:
-        """The driver of an adapter's query: ``settings`` at budget ``k``, with its callables.
-
-        ``k`` may be 0 only when no hit is linked (a postprocessor given no nodes, say).
-        """
+        """The driver of ``settings`` at budget ``k`` (0 only when no hit is linked)."""
         mode = settings.for_query(k if linked(hits) else max(k, 1))
         return cls(
             query, hits, mode, neighbor_filter=settings.neighbor_filter,
@@ -185,10 +172,7 @@ class QueryDriver:
         )  # fmt: skip
 
     def wanted(self) -> list[str]:
-        """Return the chunk ids to read next (with their vectors), or ``[]`` when done.
-
-        Asking again before :meth:`receive` returns the same ids.
-        """
+        """Return the chunk ids to read next (with their vectors; the same until :meth:`receive`)."""
         if self._asked:
             return list(self._asked)
         if self._pending:  # chunks two steps away that the links' hints did not name
@@ -210,7 +194,6 @@ class QueryDriver:
         return list(self._asked)
 
     def _hints(self, ring: Mapping[str, None], seen: set[str]) -> dict[str, None]:
-        """The ids two steps from the hits that their links name, beyond chunks in ``ring``."""
         hints: dict[str, None] = {}
         for hit in self._ring:
             chunk = self.chunks[hit]
@@ -225,10 +208,8 @@ class QueryDriver:
     def receive(self, chunks: Iterable[Chunk]) -> None:
         """Take the chunks read for the last :meth:`wanted`; ids not among them count as missing.
 
-        A neighbour ``neighbor_filter`` refuses counts as missing. A hit read again keeps its own
-        record and the links the search gave it, and takes the vector read. A chunk read two
-        steps from a hit on its links' hint is kept only if the chunk between arrived and links
-        to it, exactly as a second read would have found it; the rest of that ring is read next.
+        So does a neighbour ``neighbor_filter`` refuses. A hit read again keeps its own record and
+        links, and takes the vector read.
 
         Raises:
             RuntimeError: If no read is outstanding (``wanted()`` returned nothing, or was not
@@ -274,7 +255,6 @@ class QueryDriver:
         self.reads += 1
 
     def _keep(self, chunk_id: str, chunk: Chunk) -> None:
-        """Keep a chunk read; a hit keeps its own record, links and the vector read."""
         known = self.chunks.get(chunk_id)
         if known is not None:
             chunk = replace(known, vector=chunk.vector,
@@ -309,11 +289,7 @@ class QueryDriver:
         self._lacking = []
 
     def result(self) -> Selection:
-        """Return the selection over everything read so far.
-
-        Raises:
-            InvalidSettingsError: With ``max_tokens``, if the tokenizer fails on a text.
-        """
+        """Return the selection over everything read so far (raising if the tokenizer fails)."""
         if self.query is None:
             raise RuntimeError("QueryDriver.result() needs a linked hit; see returned().")
         tokens = None
@@ -325,9 +301,8 @@ class QueryDriver:
     def returned(self) -> list[tuple[Chunk, dict[str, Any]]]:
         """The chunks to return, passage by passage, each with the trace for its metadata.
 
-        With ``max_tokens``, each chunk's tokens are counted from its text (once) with the
-        tokenizer; when no hit is linked, the hits come in rank order until the next one does
-        not fit (the first always does).
+        When no hit is linked, with ``max_tokens``, the hits come in rank order while they fit
+        (the first always does).
         """
         if self.query is None:  # nothing linked: the hits as they came
             first = self.hit_ids
@@ -346,12 +321,6 @@ class QueryDriver:
         ]
 
     def _tokens(self, ids: Iterable[str]) -> dict[str, int]:
-        """Each chunk's tokens, by the tokenizer (default :func:`estimate_tokens`).
-
-        Raises:
-            InvalidSettingsError: If the tokenizer raises, or returns anything but an integer
-                >= 0.
-        """
         count = self.tokenizer or estimate_tokens
         counts: dict[str, int] = {}
         for chunk_id in ids:
@@ -371,10 +340,9 @@ class QueryDriver:
         return counts
 
     def _check_vectors(self, selection: Selection) -> bool:
-        """Whether some hit could be scored; warns once about chunks without a usable vector."""
         assert self.query is not None
         assert self._scored is not None
-        usable = self._scored.units  # scored by result(), over the same chunks
+        usable = self._scored.units
         held = [c for c in selection.unscored if c in self.chunks] + [
             h for h in self.hit_ids if h not in usable and self.chunks[h].vector is not None
         ]
@@ -402,7 +370,8 @@ class QueryDriver:
             "scar_embedded": self.embedded_count,
         }
         if selected is not None and selected.decision is not None:
-            trace["scar_decision"] = {n: getattr(selected.decision, n) for n in DECISION_FIELDS}
+            fields = ("relevance", "boundary_penalty", "score", "threshold")
+            trace["scar_decision"] = {n: getattr(selected.decision, n) for n in fields}
         return self.chunks[chunk_id], trace
 
 

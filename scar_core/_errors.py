@@ -11,21 +11,6 @@ import warnings
 import weakref
 from typing import Any
 
-__all__ = [
-    "DataFormatError",
-    "EmbeddingError",
-    "InvalidSettingsError",
-    "InvalidVectorError",
-    "MissingDependencyError",
-    "MissingQueryError",
-    "NeighborFetchError",
-    "ScarError",
-    "missing_dependency",
-    "settings_error_in",
-    "unfilterable_store_error",
-    "warn_once",
-]
-
 
 class ScarError(Exception):
     """Base class of every error SCAR raises on purpose."""
@@ -60,32 +45,14 @@ class MissingDependencyError(ScarError, ImportError):
 
 
 def missing_dependency(package: str, extra: str) -> MissingDependencyError:
-    """Build the error for an optional backend that is asked for but not installed.
-
-    Args:
-        package: The import name that failed.
-        extra: The ``scar-retrieval`` extra that installs it.
-
-    Returns:
-        An error whose message gives the exact install command.
-    """
+    """The error for a missing optional ``package``, naming the ``extra`` that installs it."""
     return MissingDependencyError(
         f"{package!r} is not installed. Install it with: pip install 'scar-retrieval[{extra}]'"
     )
 
 
 def unfilterable_store_error(store: str, why: str) -> InvalidSettingsError:
-    """Build the error for a search filter that SCAR cannot apply to the neighbours it reads.
-
-    Both adapters raise it, so that the choices read the same in LangChain and LlamaIndex.
-
-    Args:
-        store: The store's class name.
-        why: Why SCAR cannot apply the filter (the store, or the filter's form).
-
-    Returns:
-        An error naming the store, the reason and the two ways forward.
-    """
+    """The error, in both adapters, for a search filter SCAR cannot apply to neighbours read."""
     return InvalidSettingsError(
         f"SCAR cannot apply the search's filter to the neighbours it reads from {store}: {why}. "
         "A neighbour read without the filter could be a chunk the search itself may not return, "
@@ -96,11 +63,7 @@ def unfilterable_store_error(store: str, why: str) -> InvalidSettingsError:
 
 
 def settings_error_in(error: Exception) -> InvalidSettingsError | None:
-    """Return the :class:`InvalidSettingsError` a pydantic ``ValidationError`` wraps, if any.
-
-    The adapters are pydantic models: a validator's error reaches the caller wrapped. They raise
-    SCAR's own error instead, as documented. (Duck-typed: this module imports no pydantic.)
-    """
+    """Return the :class:`InvalidSettingsError` a pydantic ``ValidationError`` wraps, if any."""
     details: list[dict[str, Any]] = getattr(error, "errors", list)()
     wrapped = [d.get("ctx", {}).get("error") for d in details]
     return next((e for e in wrapped if isinstance(e, InvalidSettingsError)), None)

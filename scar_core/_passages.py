@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-__all__ = ["MIN_TEXT_OVERLAP", "stitch", "text_overlap"]
-
 #: Shorter repeats between two chunks are taken as chance, not as the splitter's overlap.
 MIN_TEXT_OVERLAP = 16
 #: What joins two chunks the splitter separated by 1, or 2 and more, whitespace characters.

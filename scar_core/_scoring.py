@@ -1,14 +1,4 @@
-"""The SCAR formula as plain numpy, free of ids, graphs and frameworks.
-
-For a query ``q``, a retrieved chunk ``c`` and an adjacent chunk ``n``:
-
-* boundary penalty ``b = 1 - cos(e_c, e_n)``
-* expansion score ``S = cos(e_q, e_n) - lambda_ * b``
-* the paper's rule: include ``n`` when ``S > gamma * cos(e_q, e_c)``
-* budget mode's continuity bonus ``alpha`` of one query (:func:`query_continuity_bonus`)
-
-This module is the only place these are computed; both selection modes call it.
-"""
+"""The SCAR formula as plain numpy, free of ids, graphs and frameworks; both modes call it."""
 
 from __future__ import annotations
 
@@ -18,17 +8,6 @@ import numpy as np
 import numpy.typing as npt
 
 from scar_core._errors import InvalidVectorError
-
-__all__ = [
-    "CONTINUITY_CAP",
-    "CONTINUITY_RANKS",
-    "boundary_penalty",
-    "expansion_score",
-    "paper_threshold",
-    "query_continuity_bonus",
-    "unit_rows",
-    "unit_vector",
-]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -74,12 +53,7 @@ def query_continuity_bonus(
 
     ``alpha = min(ranks * (max - min) / (k - 1), cap * mean(b))``, where ``max - min`` spans the
     cosines of the ``k`` retrieved chunks and ``b`` are the boundary penalties of the linked pairs
-    the query read. The first term prices continuity in places down this query's own hit list (one
-    place costs ``(max - min) / (k - 1)``); the second keeps it below a typical boundary when a
-    short or steep hit list would price continuity above hits far better than a neighbour. Adding
-    a constant to every cosine leaves the first term unchanged, and scaling every ``1 - cos``
-    scales both terms alike, so the bonus carries over between embedding models without
-    calibration.
+    the query read; docs/method.md says why it carries over between embedding models.
 
     Args:
         hit_relevance: ``cos(q, c)`` of each retrieved chunk, in any order.
@@ -98,16 +72,9 @@ def query_continuity_bonus(
 
 
 def unit_rows(matrix: npt.ArrayLike) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
-    """Scale each row of a 2-D array to unit length.
+    """Return ``(units, usable)``: each row at unit length, and whether it could be scaled.
 
-    Rows that are zero, or hold NaN or infinite values, cannot be scaled: they come back as zeros
-    and are marked unusable, so no cosine is ever computed from them.
-
-    Args:
-        matrix: Vectors, one per row, of any finite scale.
-
-    Returns:
-        ``(units, usable)``: the unit rows as float64 and a boolean mask of the usable ones.
+    Rows that are zero, or hold NaN or infinite values, come back as zeros, marked unusable.
     """
     array = np.asarray(matrix, dtype=np.float64)
     if array.ndim != 2:

@@ -1,34 +1,10 @@
-"""SCAR's two selections over chunks already in memory: the paper's rule and the budget auction.
+"""SCAR's two selections over chunks in memory: the paper's rule and the budget auction.
 
-Both take the query vector, the retrieved chunk ids best first, and a mapping of every chunk they
-may look at (its vector and its previous/next links). Neither reads from a store:
-:class:`scar_core._driver.QueryDriver` decides what to read and then selects.
-
-**Paper mode** (:func:`paper_expand`). Seeds are walked best first; in each allowed direction the
-walk visits the chunks 1, 2, ... ``window`` steps away. A chunk already selected is passed
-through. Any other chunk ``n`` is accepted when ``S > gamma * cos(q, seed)``, where ``S`` uses the
-boundary between ``n`` and the chunk just before it on the walk. A rejection ends the walk in that
-direction, so a passage has no holes.
-
-**Budget mode** (:func:`budget_select`), the segment auction. Exactly ``k`` chunks (or, with
-``max_tokens``, chunks of at most that many tokens) are chosen from the ``k`` retrieved chunks and
-the chunks within ``window`` steps of them:
-
-* the best ``keep`` retrieved chunks are always chosen;
-* every passage (run of linked chosen chunks) holds a retrieved chunk;
-* among such sets, the one with the highest total bid wins, where every chosen chunk bids its
-  relevance ``cos(q, x)`` and every linked pair of chosen chunks adds ``alpha - lambda_ * b``.
-
-So a neighbour joined to a chosen chunk bids ``S + alpha`` (``alpha`` is the continuity bonus:
-by default each query's own, :func:`scar_core._scoring.query_continuity_bonus`),
-and a run of two or three neighbours bids as a whole against the further hits it would displace.
-The best set is found exactly, by one dynamic programme over the chains of linked candidates laid
-end to end, vectorised over the weight taken (1 a chunk, or its tokens).
-(:mod:`scar_core._auction` holds the programme, with the table of its states).
-
-A chunk whose vector is missing or unusable is never scored: as a neighbour it ends the walk and is
-listed in :attr:`Selection.unscored`; as a retrieved chunk it keeps its rank (it bids like the
-retrieved chunk just above it) but grows no passage.
+Both take the query vector, the hit ids best first and every chunk they may look at; neither
+reads from a store (:class:`scar_core._driver.QueryDriver` does the reading). docs/method.md
+states both rules. A chunk without a usable vector is never scored: as a neighbour it ends the
+walk and is listed in :attr:`Selection.unscored`; as a hit it keeps its rank (bidding like the
+hit above it) but grows no passage.
 """
 
 from __future__ import annotations
@@ -62,18 +38,6 @@ from scar_core._scoring import (
 )
 from scar_core._settings import MAX_AUCTION_HITS, BudgetSettings, PaperSettings
 
-__all__ = [
-    "Chunk",
-    "Decision",
-    "Selected",
-    "Selection",
-    "budget_select",
-    "fill_in_order",
-    "paper_expand",
-    "select",
-    "selected_by",
-]
-
 
 def paper_expand(
     query: npt.ArrayLike,
@@ -82,6 +46,11 @@ def paper_expand(
     settings: PaperSettings,
 ) -> Selection:
     """Apply the paper's rule to the first ``settings.k`` hits.
+
+    Seeds are walked best first, up to ``window`` steps in each allowed direction, passing
+    through chunks already selected; a neighbour ``n`` is accepted when
+    ``S > gamma * cos(q, seed)``, ``S`` measured across the boundary with the chunk before it on
+    the walk, and a rejection ends the walk that way, so a passage has no holes.
 
     Args:
         query: The query embedding, any scale.
@@ -144,21 +113,16 @@ def budget_select(
 ) -> Selection:
     """Choose exactly ``settings.k`` chunks (fewer only when fewer exist) by the segment auction.
 
-    The candidates are the first ``k`` retrieved chunks and every chunk within ``window`` steps of
-    one of them. Among the sets of ``k`` candidates that hold the best ``keep`` retrieved chunks
-    and in which every passage holds a retrieved chunk, the one with the highest total bid wins:
+    The candidates are the first ``k`` hits and every chunk within ``window`` steps of one. Among
+    the sets of ``k`` candidates that hold the best ``keep`` hits and in which every passage holds
+    a hit, the one with the highest total bid wins, found exactly (:mod:`scar_core._auction`):
 
     ``sum of cos(q, x) over its chunks + sum of (alpha - lambda_ * b) over its linked pairs``
 
-    A chunk linked to a chosen chunk therefore bids ``S + alpha``, as in the paper's formula plus
-    the continuity bonus, and a whole run of neighbours bids together against single hits. The
-    optimum is found exactly, by dynamic programming along the chains of linked candidates.
-
-    With ``settings.max_tokens``, the budget is in tokens: among the same candidates, the set
-    with the highest total bid whose ``tokens`` sum to at most ``max_tokens`` wins (a knapsack,
-    solved exactly by the same programme). The best ``keep`` hits are kept as far as they fit
-    together, in rank order; the best hit is kept even alone over the budget (then it is all
-    that can be returned, with any chunk of no tokens), so the result is never empty.
+    So a neighbour bids ``S + alpha``, and a run of neighbours bids as a whole against single
+    hits. With ``settings.max_tokens`` the set's ``tokens`` must sum to at most ``max_tokens``
+    instead; the best ``keep`` hits are kept as far as they fit together, in rank order, and the
+    best hit even alone over the budget, so the result is never empty.
 
     Args:
         query: The query embedding, any scale.
@@ -194,7 +158,7 @@ def _budget(
     bids = hit_relevance(ranked, scored)
     candidates, reach, unscored = _candidates(ranked, chunks, scored, settings)
     value = {c: bids[rank_of[c]] if c in rank_of else scored.relevance[c] for c in candidates}
-    chains = _chains(candidates, chunks, scored)
+    chains = runs(candidates, chunks, {c for c in candidates if c in scored.units and c in chunks})
     linked = {edge: scored.boundary_cosine(*edge) for c in chains for edge in itertools.pairwise(c)}
     penalty = {edge: boundary_penalty(cosine) for edge, cosine in linked.items()}
     alpha = settings.continuity_bonus
@@ -220,11 +184,7 @@ def _budget(
         [c in kept for chain in chains for c in chain],
         [p == 0 for chain in chains for p in range(len(chain))],
     )
-    auction = (
-        CountAuction(line, capacity)
-        if settings.max_tokens is None
-        else TokenAuction(line, capacity)
-    )
+    auction = (CountAuction if settings.max_tokens is None else TokenAuction)(line, capacity)
     picked = auction.picked
     gains = flip_gains(auction, line)
     lowest = -1.0 - 2.0 * settings.lambda_  # the lowest S there is
@@ -275,23 +235,16 @@ def fill_in_order(counts: Iterable[int], limit: int) -> int:
 
 
 def _length_scales(weight: Mapping[str, int]) -> dict[str, float]:
-    """Each candidate's tokens over the candidates' mean: what its bids are multiplied by.
+    """Each candidate's tokens over the mean: a longer chunk brings more text, so bids more.
 
-    With a budget in tokens a chunk bids its relevance per token, so that a chunk twice as long
-    as another of the same relevance bids twice as much, as it brings twice the text; a linked
-    pair's bid is scaled by its two chunks' mean. Dividing by the mean keeps bids in the units of
-    a chunk budget, where the continuity bonus is set.
+    Dividing by the mean keeps bids in a chunk budget's units, where the bonus is set.
     """
     mean = sum(weight.values()) / len(weight) if weight else 0.0
     return {c: (w / mean if mean > 0 else 1.0) for c, w in weight.items()}
 
 
 def _threshold(score: float, gain: float, scale: float, lowest: float) -> float:
-    """The score at which a neighbour's verdict flips, all else equal, within ``S``'s range.
-
-    Its bid moves ``scale`` times as fast as its score, so the gain is divided by ``scale``; a
-    chunk of no tokens (scale 0) gains nothing from its score, so its bar is the range's end.
-    """
+    """The score at which a neighbour's verdict flips, all else equal, within ``S``'s range."""
     if scale > 0:
         return min(max(score - gain / scale, lowest), 1.0)
     return lowest if gain > 0 else 1.0
@@ -303,13 +256,7 @@ def _token_weights(
     kept: Sequence[str],
     limit: int,
 ) -> tuple[dict[str, int], list[str]]:
-    """Each candidate's tokens, and the kept hits that fit ``limit`` in rank order.
-
-    The best hit is kept even alone over ``limit``: it then weighs ``limit``, filling the budget.
-
-    Raises:
-        ValueError: If a candidate has no token count, or one that is not an integer >= 0.
-    """
+    """Each candidate's tokens, and the kept hits that fit ``limit`` (the best hit always)."""
     weight: dict[str, int] = {}
     for chunk_id in candidates:
         count = (tokens or {}).get(chunk_id)
@@ -335,11 +282,7 @@ def _candidates(
     scored: Scored,
     settings: BudgetSettings,
 ) -> tuple[list[str], dict[str, _Reach], list[str]]:
-    """The retrieved chunks and the scored chunks within ``window`` steps of them.
-
-    A walk stops at a chunk without a usable vector (listed as unscored) and grows from none.
-    Returns the candidates, how each neighbour was first reached, and the unscored chunks.
-    """
+    """The hits, the scored chunks within ``window`` steps (with how each was reached), the rest."""
     seen = set(ranked)
     reach: dict[str, _Reach] = {}
     unscored: list[str] = []
@@ -356,25 +299,10 @@ def _candidates(
     return [*ranked, *reach], reach, unscored
 
 
-def _chains(
-    candidates: Sequence[str], chunks: Mapping[str, Chunk], scored: Scored
-) -> list[list[str]]:
-    """Split the candidates into runs of linked chunks (see :func:`_runs`).
-
-    A chunk without a usable vector is a run of its own: no boundary can be measured across it.
-    """
-    usable = {c for c in candidates if c in scored.units and c in chunks}
-    return runs(candidates, chunks, usable)
-
-
 def _nearest_hit(
     chain: Sequence[str], position: int, rank_of: Mapping[str, int], picked: set[str]
 ) -> _Reach:
-    """Where a chosen neighbour belongs: the nearest retrieved chunk of its own passage.
-
-    Returns that chunk, the chunk beside the neighbour on its side, the direction from it to the
-    neighbour, and the steps between them. Equal distances go to the better rank.
-    """
+    """Where a chosen neighbour belongs: its passage's nearest hit (the better rank on a tie)."""
     found: list[tuple[int, int, int]] = []
     for side in (-1, 1):
         index = position + side
@@ -410,7 +338,6 @@ def selected_by(
     settings: BudgetSettings | PaperSettings,
     tokens: Mapping[str, int] | None = None,
 ) -> Selection:
-    """:func:`select` on chunks already scored against the query (the driver's, scored once)."""
     if isinstance(settings, PaperSettings):
         return _paper(scored, hits, chunks, settings)
     return _budget(scored, hits, chunks, settings, tokens)

@@ -1,13 +1,4 @@
-"""SCAR's settings, declared once: names, defaults, bounds, descriptions and messages.
-
-* :class:`ScarSettings`: every setting the adapters take, as keyword arguments; both keep it in
-  their ``settings``. Pydantic reads its field descriptions and bounds (its JSON schema), without
-  this module importing pydantic.
-* :class:`BudgetSettings` (the default mode): exactly ``k`` chunks, where neighbours of the kept
-  chunks and further retrieved chunks bid for the same slots.
-* :class:`PaperSettings`: the paper's rule, ``k`` retrieved seeds each expanded with
-  ``S > gamma * cos(q, c)``; the number of chunks varies.
-"""
+"""SCAR's settings: :class:`ScarSettings` (the adapters'), and each mode's at one query's ``k``."""
 
 from __future__ import annotations
 
@@ -18,20 +9,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
 from scar_core._errors import InvalidSettingsError
-
-__all__ = [
-    "DEFAULT_GAMMA",
-    "DEFAULT_K",
-    "DEFAULT_LAMBDA",
-    "BudgetSettings",
-    "Direction",
-    "PaperSettings",
-    "ScarSettings",
-    "check_int",
-    "default_keep",
-    "estimate_tokens",
-    "take_settings",
-]
 
 Direction = Literal["both", "previous", "next"]
 
@@ -48,8 +25,8 @@ DEFAULT_BUDGET_WINDOW = 2
 #: ``k`` squared; past this limit the adapters and :func:`scar_core.select` refuse.
 MAX_AUCTION_HITS = 1000
 
-#: Each number setting's bounds, ``(kind, lowest, highest)``: what is checked, and what the JSON
-#: schema says. ``gamma``'s lowest is excluded.
+#: Each number setting's ``(kind, lowest, highest)``, checked and in the JSON schema (``gamma``'s
+#: lowest excluded).
 BOUNDS: dict[str, tuple[type, float, float]] = {
     "k": (int, 1, math.inf),
     "keep": (int, 1, math.inf),
@@ -59,10 +36,9 @@ BOUNDS: dict[str, tuple[type, float, float]] = {
     "continuity_bonus": (float, 0.0, math.inf),
     "gamma": (float, 0.0, 1.0),
 }
-#: Settings that apply to one mode only.
 _BUDGET_ONLY = ("keep", "continuity_bonus", "max_tokens", "tokenizer")
 _PAPER_ONLY = ("gamma", "window", "direction")
-#: Settings that are functions: not data, so left out when an adapter is serialised.
+#: Functions, not data: left out when an adapter is serialised.
 FUNCTIONS = ("tokenizer", "neighbor_filter")
 
 
@@ -83,11 +59,7 @@ def estimate_tokens(text: str) -> int:
 
 
 def check_int(name: str, value: object, minimum: int = 1) -> int:
-    """Return ``value`` if it is an integer >= ``minimum`` (not a bool), else raise naming it.
-
-    Raises:
-        InvalidSettingsError: ``"{name}={value!r} is not valid; it must be an integer >= ..."``.
-    """
+    """Return ``value`` if it is an integer >= ``minimum`` (not a bool), else raise naming it."""
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise InvalidSettingsError(
             f"{name}={value!r} is not valid; it must be an integer >= {minimum}."
@@ -96,7 +68,6 @@ def check_int(name: str, value: object, minimum: int = 1) -> int:
 
 
 def _check(name: str, value: object) -> None:
-    """Check a number setting against :data:`BOUNDS`, with the message of its kind."""
     kind, low, high = BOUNDS[name]
     if kind is int:
         check_int(name, value, int(low))
@@ -113,33 +84,14 @@ def _check(name: str, value: object) -> None:
         raise InvalidSettingsError("gamma=0 is not valid; it must be in (0, 1] (paper: 0.8).")
 
 
-def _check_direction(value: object) -> None:
-    if value not in ("both", "previous", "next"):
-        raise InvalidSettingsError(
-            f"direction={value!r} is not valid; use 'both', 'previous' or 'next'."
-        )
-
-
 @dataclass(frozen=True)
 class BudgetSettings:
     """Budget mode: return exactly ``k`` chunks, spent where they cover the most evidence.
 
-    Passages grow up to two steps from their retrieved chunk, both ways (``window`` and
-    ``direction`` are the paper mode's settings; ``_window`` is for studies only).
-
-    Attributes:
-        k: The budget: how many chunks to return.
-        keep: How many of the best retrieved chunks are always kept; ``None`` means
-            :func:`default_keep` of ``k``.
-        continuity_bonus: ``alpha``, added for every linked pair of chosen chunks, so that a
-            neighbour bids its expansion score ``S`` plus ``alpha`` against further retrieved
-            chunks. ``None`` (the default) works it out for each query from what the query read
-            (:func:`scar_core._scoring.query_continuity_bonus`), so no model needs calibrating; a
-            number fixes it in cosine units. With 0 (and ``lambda_=0``) budget mode is plain
-            top-k.
-        lambda_: Weight of the boundary penalty.
-        max_tokens: A budget in tokens instead of chunks: the chosen chunks' tokens sum to at
-            most ``max_tokens``, and ``k`` is only how many retrieved chunks are considered.
+    The fields are :class:`ScarSettings`' of the same names (``k``: the budget, or with
+    ``max_tokens`` how many retrieved chunks are weighed). Passages grow up to two steps from
+    their retrieved chunk, both ways; ``_window`` is for studies only. A ``continuity_bonus`` of 0
+    with ``lambda_=0`` is plain top-k.
     """
 
     k: int = DEFAULT_K
@@ -162,7 +114,7 @@ class BudgetSettings:
 
     @property
     def window(self) -> int:
-        """How many steps a passage may grow from its retrieved chunk (2)."""
+        """How many steps a passage may grow from its retrieved chunk."""
         return self._window
 
     @property
@@ -173,19 +125,14 @@ class BudgetSettings:
     @property
     def kept(self) -> int:
         """The number of best retrieved chunks that are always kept."""
-        return self.keep if self.keep is not None else min(self.k, default_keep(self.k))
+        return self.keep if self.keep is not None else default_keep(self.k)
 
 
 @dataclass(frozen=True)
 class PaperSettings:
     """The paper's rule: ``k`` seeds, each neighbour added when ``S > gamma * cos(q, seed)``.
 
-    Attributes:
-        k: How many retrieved chunks are seeds.
-        lambda_: Weight of the boundary penalty.
-        gamma: Relative threshold, in (0, 1].
-        window: How many steps the walk may go from a seed (1 is the paper's ±1).
-        direction: ``"both"``, ``"previous"`` or ``"next"``.
+    The fields are :class:`ScarSettings`' of the same names (``k``: the seeds).
     """
 
     k: int = DEFAULT_K
@@ -197,11 +144,13 @@ class PaperSettings:
     def __post_init__(self) -> None:
         for name in ("k", "lambda_", "gamma", "window"):
             _check(name, getattr(self, name))
-        _check_direction(self.direction)
+        if self.direction not in ("both", "previous", "next"):
+            raise InvalidSettingsError(
+                f"direction={self.direction!r} is not valid; use 'both', 'previous' or 'next'."
+            )
 
 
 def _json_schema_extra(schema: dict[str, Any], cls: type) -> None:
-    """Add :data:`BOUNDS` to pydantic's JSON schema of :class:`ScarSettings`."""
     properties = schema.get("properties", {})
     for name, (kind, low, high) in BOUNDS.items():
         if name in properties:
@@ -212,7 +161,6 @@ def _json_schema_extra(schema: dict[str, Any], cls: type) -> None:
 
 
 def _function_json_schema(schema: Any, handler: Any) -> dict[str, Any]:
-    """A function setting's JSON schema: none (it is left out when serialised)."""
     return {}
 
 
@@ -306,11 +254,7 @@ class ScarSettings:
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
-        """Pydantic's schema, with the function settings left out of dumps and JSON schemas.
-
-        Built from the plain schema pydantic makes for the dataclass (its core schema is plain
-        dicts), so that this module imports no pydantic.
-        """
+        """Pydantic's schema (plain dicts, so no pydantic import), leaving out :data:`FUNCTIONS`."""
         schema = handler(source)
         for item in handler.resolve_ref_schema(schema)["schema"]["fields"]:
             if item["name"] in FUNCTIONS:
@@ -359,19 +303,9 @@ class ScarSettings:
 def take_settings(
     given: dict[str, Any], owner: str, own: Iterable[str], hints: Mapping[str, str] | None = None
 ) -> ScarSettings:
-    """Move SCAR's settings out of an adapter's keyword arguments, refusing unknown names.
+    """Pop SCAR's settings from ``given`` (an adapter's keyword arguments; its ``own`` stay).
 
-    Args:
-        given: The keyword arguments; SCAR's settings are popped from it.
-        owner: The adapter's name, for messages.
-        own: The adapter's own argument names, left in ``given``.
-        hints: Names users bring from elsewhere, with what to write instead.
-
-    Returns:
-        The settings, validated.
-
-    Raises:
-        InvalidSettingsError: For an unknown name (with the nearest known ones) or a bad value.
+    An unknown name is refused with ``hints[name]``, else the nearest known names.
     """
     known = (*ScarSettings.names(), *own)
     for name in given:

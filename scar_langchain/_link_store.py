@@ -1,15 +1,8 @@
-"""``link_store``: link the chunks already in a vector store, in place, without re-embedding.
+"""``link_store`` and ``replace_documents``: link or replace the chunks a store already holds.
 
-:func:`link_store` pages through a store's chunks, keeping only a few facts per chunk (its id,
-document, order values and current links), orders each document's chunks, then writes SCAR's
-link keys (``scar_document_id``, ``scar_position``, ``scar_prev_id``, ``scar_next_id``, and the
-ids two steps away, ``scar_prev2_id`` and ``scar_next2_id``: a store linked before those existed is
-upgraded) into the chunks whose links changed, in batches, through each store's own API, as
-:mod:`scar_langchain._stores` says store by store: only the link keys are written (Chroma,
-Qdrant), or the rows' metadata (InMemory, FAISS, whose index and vectors are never touched), or,
-for ``PGVectorStore``, whose only public write is ``add_embeddings`` (an upsert of whole rows),
-the changed chunks' rows as read, texts and vectors unchanged, with the new link keys.
-SCAR opens no connection of its own: every read and write goes through the store.
+Only the link keys are written, through each store's own API: the link keys alone (Chroma, Qdrant),
+the rows' metadata (InMemory, FAISS, never its index), or, for ``PGVectorStore``, whose only public
+write is ``add_embeddings`` (an upsert of whole rows), the changed rows as read, with new links.
 """
 
 from __future__ import annotations
@@ -49,8 +42,6 @@ from scar_langchain._links import (
     window_ids,
 )
 from scar_langchain._stores import Change, access_for
-
-__all__ = ["PAGE_KEYS", "LinkReport", "link_store", "replace_documents"]
 
 #: Keys that describe one chunk, not its document: never compared by replace_documents.
 _PER_CHUNK = frozenset({*WRITTEN_KEYS, OFFSET_KEY, *PAGE_KEYS})
@@ -98,14 +89,7 @@ def _listed_chunk(
     keys: tuple[str, ...],
     links: tuple[Any, ...],
 ) -> ListedChunk:
-    """Return what ordering a chunk needs: its values of the order ``keys``, pages and span.
-
-    ``text`` (its text, or ``None`` when not read) gives the span where ``keys`` ends with
-    :data:`OFFSET_KEY`; ``links`` are the links it holds now.
-
-    Raises:
-        DataFormatError: If it holds no number under one of ``keys``.
-    """
+    """What ordering a chunk needs: its order values, pages, span (``text`` read) and links."""
     order: tuple[Any, ...] = tuple(metadata.get(key) for key in keys)
     for key, value in zip(keys, order, strict=True):
         if not is_number(value):
@@ -123,11 +107,7 @@ def _listed_chunk(
 
 
 def _progress(items: Iterable[T], show: bool, total: int | None, description: str) -> Iterable[T]:
-    """``items``, counted by a tqdm bar when ``show`` (tqdm comes with the ``eval`` extra).
-
-    Raises:
-        MissingDependencyError: If ``show`` and tqdm is not installed.
-    """
+    """``items``, counted by a tqdm bar when ``show`` (tqdm comes with the ``eval`` extra)."""
     if not show:
         return items
     try:
@@ -220,10 +200,8 @@ def link_store(
             if any(link is not None for link in links[2:]):
                 unlisted.append((chunk_id, links))
             continue
-        chunk = _listed_chunk(chunk_id, metadata, text, keys, links)
-        documents.setdefault(typed_json(list(values)), (document_label(values), []))[1].append(
-            chunk
-        )
+        group = documents.setdefault(typed_json(list(values)), (document_label(values), []))
+        group[1].append(_listed_chunk(chunk_id, metadata, text, keys, links))
     if report.skipped and not documents:
         raise InvalidSettingsError(
             f"document_key={document_key!r} names no chunk's document: none of the "
@@ -319,26 +297,21 @@ def replace_documents(
     held: set[str] = set()
     stale: list[str] = []
     kept: list[str] = []
-    access = access_for(vectorstore)
-    _, pages = access.listing([*names, *keys, CHUNK_ID_KEY])
-    for page in pages:
-        for chunk_id, metadata, _ in page:
-            held.add(chunk_id)
-            values = document_of(metadata, names)
-            if values is None or chunk_id in new or metadata.get(CHUNK_ID_KEY) != chunk_id:
-                continue
-            document = typed_json(list(values))
-            if document not in shared:
-                continue
-            same = all(
-                k in metadata and typed_json(metadata[k]) == v for k, v in shared[document].items()
-            )
+    _, pages = access_for(vectorstore).listing([*names, *keys, CHUNK_ID_KEY])
+    for chunk_id, metadata, _ in chain.from_iterable(pages):
+        held.add(chunk_id)
+        values = document_of(metadata, names)
+        if values is None or chunk_id in new or metadata.get(CHUNK_ID_KEY) != chunk_id:
+            continue
+        wanted = shared.get(typed_json(list(values)))
+        if wanted is not None:
+            same = all(k in metadata and typed_json(metadata[k]) == v for k, v in wanted.items())
             (stale if same else kept).append(chunk_id)
     added = [chunk_id for chunk_id in new if chunk_id not in held]
     if added:
         vectorstore.add_documents([new[i] for i in added], ids=added)
     if stale:
-        access.delete(stale)
+        vectorstore.delete(stale)
     if kept:
         warnings.warn(
             f"replace_documents kept {len(kept)} chunk(s) of the same {list(names)} whose "

@@ -13,11 +13,10 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from scar_core._chunks import Chunk
 from scar_core._errors import DataFormatError
 from scar_core._links import (
     MAX_GAP,
-    OFFSET_KEY,
-    PAGE_KEYS,
     ChunkLinks,
     check_max_gap,
     chunk_joins,
@@ -29,28 +28,7 @@ from scar_core._links import (
     metadata_named,
     typed_json,
 )
-
-__all__ = [
-    "CHUNK_ID_KEY",
-    "DOCUMENT_ID_KEY",
-    "LINK_KEYS",
-    "MAX_GAP",
-    "NEXT2_ID_KEY",
-    "NEXT_ID_KEY",
-    "OFFSET_KEY",
-    "PAGE_KEYS",
-    "POSITION_KEY",
-    "PREVIOUS2_ID_KEY",
-    "PREVIOUS_ID_KEY",
-    "WRITTEN_KEYS",
-    "chunk_id_of",
-    "document_names",
-    "link_chunks",
-    "linked_metadata",
-    "links_of",
-    "window_ids",
-    "window_of",
-]
+from scar_core._passages import stitch
 
 #: Metadata keys :func:`link_chunks` writes.
 CHUNK_ID_KEY = "scar_chunk_id"
@@ -68,30 +46,16 @@ LINK_KEYS = (DOCUMENT_ID_KEY, POSITION_KEY, PREVIOUS_ID_KEY, NEXT_ID_KEY, PREVIO
              NEXT2_ID_KEY)  # fmt: skip
 #: Every key :func:`link_chunks` writes; they take no part in a chunk's id.
 WRITTEN_KEYS = frozenset({CHUNK_ID_KEY, *LINK_KEYS})
+#: Per-chunk keys that do not describe a stitched passage (Qdrant adds "_id", "_collection_name").
+_CHUNK_KEYS = {CHUNK_ID_KEY, POSITION_KEY, *LINK_KEYS[2:], "_id", "_collection_name"}
 
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def links_of(metadata: dict[str, Any] | None) -> tuple[str | None, str | None]:
-    """Return the ``(previous id, next id)`` a chunk's metadata names; ``None`` where absent."""
-    metadata = metadata or {}
-    return _text(metadata.get(PREVIOUS_ID_KEY)), _text(metadata.get(NEXT_ID_KEY))
-
-
-def window_of(metadata: dict[str, Any] | None) -> tuple[str | None, str | None]:
-    """Return the ids two steps before and after a chunk that its metadata names, if any."""
-    metadata = metadata or {}
-    return _text(metadata.get(PREVIOUS2_ID_KEY)), _text(metadata.get(NEXT2_ID_KEY))
-
-
 def window_ids(links: Sequence[ChunkLinks]) -> list[tuple[str | None, str | None]]:
-    """The ids two steps before and after each chunk of one document's links, in order.
-
-    A chunk two steps away is named only where both links between are there (a cut chain
-    stays cut).
-    """
+    """The ids two steps before and after each chunk, where both links between are there."""
     return [
         (
             links[p - 1].previous_id if link.previous_id is not None else None,
@@ -102,29 +66,10 @@ def window_ids(links: Sequence[ChunkLinks]) -> list[tuple[str | None, str | None
 
 
 def chunk_id_of(document: Document) -> str | None:
-    """Return a chunk's id: ``Document.id``, else a store's ``_id`` or SCAR's id in metadata.
-
-    Qdrant's search returns hits without ``Document.id``, their store id in ``metadata["_id"]``.
-    """
+    """A chunk's id: ``Document.id``, else a store's ``_id`` (Qdrant's hits) or SCAR's id."""
     metadata = document.metadata or {}
     store_id = None if metadata.get("_id") is None else str(metadata["_id"])
     return _text(document.id) or _text(store_id) or _text(metadata.get(CHUNK_ID_KEY))
-
-
-def linked_metadata(
-    metadata: dict[str, Any],
-    links: ChunkLinks,
-    window: tuple[str | None, str | None] = (None, None),
-) -> dict[str, Any]:
-    """Return a copy of ``metadata`` with a chunk's document id, position and links (if any).
-
-    ``window`` holds the ids two steps before and after it (:func:`window_ids`).
-    """
-    kept = {k: v for k, v in metadata.items() if k not in LINK_KEYS[2:]}
-    added = {DOCUMENT_ID_KEY: links.document_id, POSITION_KEY: links.position}
-    added |= {PREVIOUS_ID_KEY: links.previous_id, NEXT_ID_KEY: links.next_id}
-    added |= {PREVIOUS2_ID_KEY: window[0], NEXT2_ID_KEY: window[1]}
-    return kept | {key: value for key, value in added.items() if value is not None}
 
 
 def document_names(document_key: str | Sequence[str]) -> tuple[str, ...]:
@@ -135,11 +80,7 @@ def document_names(document_key: str | Sequence[str]) -> tuple[str, ...]:
 def _group_documents(
     metadatas: Sequence[Mapping[str, Any]], names: tuple[str, ...]
 ) -> list[tuple[tuple[Any, ...], list[int]]]:
-    """Group chunks by the typed values of their document key: each key's values and indices.
-
-    Raises:
-        DataFormatError: If a chunk holds no value for one of ``names``.
-    """
+    """Group chunks by the typed values of their document key: each key's values and indices."""
     groups: dict[str, tuple[tuple[Any, ...], list[int]]] = {}
     for index, metadata in enumerate(metadatas):
         values = document_of(metadata, names)
@@ -239,8 +180,77 @@ def link_chunks(
         for index, metadata, links, window in zip(
             indices, own, sequence, window_ids(sequence), strict=True
         ):
-            metadata = linked_metadata(metadata | {CHUNK_ID_KEY: links.chunk_id}, links, window)
+            metadata |= {CHUNK_ID_KEY: links.chunk_id, DOCUMENT_ID_KEY: links.document_id}
+            added = (links.position, links.previous_id, links.next_id, *window)
+            metadata |= {k: v for k, v in zip(LINK_KEYS[1:], added, strict=True) if v is not None}
             linked[index] = Document(
                 inputs[index].page_content, id=links.chunk_id, metadata=metadata
             )
     return [linked[index] for index in range(len(inputs))]
+
+
+def to_chunk(document: Document, vector: Any = None) -> Chunk:
+    """The core's record of a Document: id, vector, links, text and metadata."""
+    metadata = document.metadata or {}
+    previous_id, next_id, *window = (_text(metadata.get(key)) for key in LINK_KEYS[2:])
+    linked = bool(previous_id or next_id or metadata.get(DOCUMENT_ID_KEY))
+    return Chunk(
+        chunk_id_of(document) or "", vector, previous_id, next_id, linked,
+        document.page_content, metadata, document, (window[0], window[1]),
+    )  # fmt: skip
+
+
+def render(
+    returned: list[tuple[Chunk, dict[str, Any]]], hit_ids: Sequence[str], merge: bool
+) -> list[Document]:
+    """The Documents a query returns: one per chunk, or (``merge``) one stitched per passage."""
+    if not merge:
+        return [
+            Document(c.text, id=chunk_id_of(c.item), metadata=dict(c.metadata) | trace)
+            for c, trace in returned
+        ]
+    passages: dict[int, list[tuple[Chunk, dict[str, Any]]]] = {}
+    for c, trace in returned:
+        passages.setdefault(trace["scar_passage"], []).append((c, trace))
+    rank = {h: r for r, h in enumerate(hit_ids)}
+    out = []
+    for number, members in passages.items():
+        best = min(members, key=lambda m: rank.get(m[1]["scar_seed_id"], 0))[1]
+        seed = next((t for c, t in members if c.id == best["scar_seed_id"]), best)
+        starts = [c.metadata.get("start_index") for c, _ in members]
+        usable = [s if isinstance(s, int) else None for s in starts]
+        first, others = members[0][0].metadata, [c.metadata for c, _ in members[1:]]
+        metadata = {  # the metadata on which every chunk agrees, less each chunk's own
+            key: value
+            for key, value in first.items()
+            if key not in _CHUNK_KEYS and all(key in m and _same(m[key], value) for m in others)
+        }
+        metadata |= {"start_index": starts[0]} if usable[0] is not None else {}
+        metadata |= {k: best[k] for k in ("scar_expanded", "scar_embedded")}
+        metadata |= {"scar_passage": number, "scar_score": seed["scar_score"]}
+        metadata |= {"scar_chunk_ids": [c.id for c, _ in members]}
+        metadata |= {"scar_chunks": [dict(c.metadata) | t for c, t in members]}
+        out.append(Document(stitch([c.text for c, _ in members], usable), metadata=metadata))
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two metadata values are equal (values whose ``==`` is not a bool: if identical)."""
+    try:
+        return a is b or (type(a) is type(b) and bool(a == b))
+    except (TypeError, ValueError):  # an array's == is elementwise
+        return False
+
+
+def merged_links(metadata: dict[str, Any], links: tuple[Any, ...]) -> dict[str, Any]:
+    """``metadata`` with ``links`` written: ``None`` removes a link, or leaves document/position."""
+    gone = {key for key, value in zip(LINK_KEYS[2:], links[2:], strict=True) if value is None}
+    kept = {key: value for key, value in metadata.items() if key not in gone}
+    return kept | {k: v for k, v in zip(LINK_KEYS, links, strict=True) if v is not None}
+
+
+def link_changes(old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[dict[str, Any], list[str]]:
+    """The link keys to set, and the link keys to remove (links that went away)."""
+    values = {key: value for key, value in zip(LINK_KEYS, new, strict=True) if value is not None}
+    pairs = zip(LINK_KEYS[2:], old[2:], new[2:], strict=True)
+    return values, [key for key, was, value in pairs if was is not None and value is None]

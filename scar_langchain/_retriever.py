@@ -14,24 +14,21 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from scar_core._chunks import Chunk
 from scar_core._driver import QueryDriver, VectorMemory
 from scar_core._errors import (
     InvalidSettingsError,
+    MissingQueryError,
     NeighborFetchError,
     settings_error_in,
     warn_once,
 )
-from scar_core._passages import stitch
 from scar_core._settings import DEFAULT_K, ScarSettings, check_int, take_settings
-from scar_langchain import _links as lk
-from scar_langchain import _search
+from scar_langchain._checks import check_first_stage, check_names, check_search, warn_outside
+from scar_langchain._links import render, to_chunk
 from scar_langchain._stores import StoreAccess, access_for
 
 __all__ = ["SCARRetriever"]
 
-#: Per-chunk keys that do not describe a stitched passage (Qdrant adds "_id", "_collection_name").
-_CHUNK_KEYS = {lk.CHUNK_ID_KEY, lk.POSITION_KEY, *lk.LINK_KEYS[2:], "_id", "_collection_name"}
 #: What users bring from ``as_retriever`` and LlamaIndex, and what SCAR takes instead.
 _HINTS = {
     "top_k": "SCARRetriever's budget is k=...",
@@ -166,17 +163,17 @@ class SCARRetriever(BaseRetriever):
                 "the query; create the store with an Embeddings object."
             )
         self._reader = access_for(self.vectorstore)
-        _search.check_names(self._reader, self.search_kwargs, per_call=False)
-        self._check_filter(self.search_kwargs)
+        check_names(self._reader, self.search_kwargs, per_call=False)
+        check_search(self._reader, self.search_kwargs, self._opted_out)
         if self.retriever is not None:
             stated = "search_kwargs" in self.model_fields_set
-            _search.check_first_stage(self.retriever, self.vectorstore, self.search_kwargs, stated)
+            check_first_stage(self.retriever, self.vectorstore, self.search_kwargs, stated)
         self._memory = VectorMemory()
         return self
 
-    def _check_filter(self, search: dict[str, Any]) -> None:
-        opted_out = bool(self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors)
-        _search.check_filter(self._reader, search, opted_out)
+    @property
+    def _opted_out(self) -> bool:
+        return bool(self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors)
 
     # The sync and async shells: search, read what the query asks for, render.
 
@@ -191,13 +188,17 @@ class SCARRetriever(BaseRetriever):
             hits = self.vectorstore.similarity_search_by_vector(vector, k=k, **search)
         scar, missing = self._query(vector, hits, k), set()
         while ids := scar.wanted():
-            found = self._read(ids, search)
+            try:
+                found = [to_chunk(*row) for row in self._reader.read(ids, search).values()]
+            except Exception as error:
+                raise self._fetch_error(ids, error) from error
             missing.update(set(ids) - {f.id for f in found})
             scar.receive(found)
             if texts := scar.lacking():
                 scar.embedded(self._embeddings(len(texts)).embed_documents(texts))
-        self._check_held(scar, hits, missing)
-        return self._render(scar)
+        if self.retriever is not None and scar.linked:
+            warn_outside(self.retriever, self.vectorstore, hits, missing)
+        return render(scar.returned(), scar.hit_ids, self.merge_passages)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
@@ -211,24 +212,28 @@ class SCARRetriever(BaseRetriever):
             hits = await self.vectorstore.asimilarity_search_by_vector(vector, k=k, **search)
         scar, missing = self._query(vector, hits, k), set()
         while ids := scar.wanted():
-            found = await self._aread(ids, search)
+            try:
+                found = [to_chunk(*row) for row in (await self._reader.aread(ids, search)).values()]
+            except Exception as error:
+                raise self._fetch_error(ids, error) from error
             missing.update(set(ids) - {f.id for f in found})
             scar.receive(found)
             if texts := scar.lacking():
                 scar.embedded(await self._embeddings(len(texts)).aembed_documents(texts))
-        self._check_held(scar, hits, missing)
-        return self._render(scar)
+        if self.retriever is not None and scar.linked:
+            warn_outside(self.retriever, self.vectorstore, hits, missing)
+        return render(scar.returned(), scar.hit_ids, self.merge_passages)
 
     # The steps both shells share.
 
     def _call(self, query: Any, kwargs: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """Return one call's budget and search arguments (``search_kwargs | kwargs``, k apart).
-
-        Raises:
-            MissingQueryError: If ``query`` is not a non-empty string.
-            InvalidSettingsError: For a setting or an argument that may not change per call.
-        """
-        _search.check_query(query)
+        """Return one call's budget and search arguments (``search_kwargs | kwargs``, k apart)."""
+        if not isinstance(query, str) or not query.strip():
+            raise MissingQueryError(
+                f"SCARRetriever got {query!r} ({type(query).__name__}) as the query; it needs "
+                "the question as a non-empty string: retriever.invoke('How long is CCTV "
+                "footage kept?')."
+            )
         settings = sorted(set(kwargs) & set(ScarSettings.names()) - {"k"})
         if settings:
             raise InvalidSettingsError(
@@ -236,7 +241,7 @@ class SCARRetriever(BaseRetriever):
                 "(other keyword arguments go to the search, as search_kwargs do). Set the "
                 "others on the retriever."
             )
-        _search.check_names(self._reader, kwargs, per_call=True)
+        check_names(self._reader, kwargs, per_call=True)
         if self.retriever is not None and set(kwargs) - {"k"}:
             raise InvalidSettingsError(
                 f"invoke() got {sorted(set(kwargs) - {'k'})}, which cannot reach the first "
@@ -246,12 +251,12 @@ class SCARRetriever(BaseRetriever):
         search = self.search_kwargs | kwargs
         k = search.pop("k", self.settings.k or DEFAULT_K)
         check_int("k", k)
-        self._check_filter(search)
+        check_search(self._reader, search, self._opted_out)
         return k, search
 
     def _query(self, vector: list[float], hits: list[Document], k: int) -> QueryDriver:
         scar = QueryDriver.for_adapter(
-            vector, [_hit(d) for d in hits], self.settings, k, self._memory, self.vectorstore
+            vector, [to_chunk(d) for d in hits], self.settings, k, self._memory, self.vectorstore
         )
         if hits and not scar.linked:
             warn_once(
@@ -259,28 +264,10 @@ class SCARRetriever(BaseRetriever):
                 self.vectorstore,
                 f"None of the chunks {type(self.vectorstore).__name__} returned was linked, so "
                 "SCAR returns plain top-k. Index chunks with scar_langchain.link_chunks(...), or "
-                "link an existing store with scar_langchain._link_store(...).",
+                "link an existing store with scar_langchain.link_store(...).",
                 stacklevel=5,
             )
         return scar
-
-    def _check_held(self, scar: QueryDriver, hits: list[Document], missing: set[str]) -> None:
-        """Warn once if first-stage hits lack an id the store holds: SCAR cannot expand them."""
-        if self.retriever is not None and scar.linked:
-            _search.warn_outside(self.retriever, self.vectorstore, hits, missing)
-
-    def _read(self, ids: list[str], search: dict[str, Any]) -> list[Chunk]:
-        try:
-            return [_hit(d, vector) for d, vector in self._reader.read(ids, search).values()]
-        except Exception as error:
-            raise self._fetch_error(ids, error) from error
-
-    async def _aread(self, ids: list[str], search: dict[str, Any]) -> list[Chunk]:
-        try:
-            found = await self._reader.aread(ids, search)
-        except Exception as error:
-            raise self._fetch_error(ids, error) from error
-        return [_hit(d, vector) for d, vector in found.values()]
 
     def _fetch_error(self, ids: list[str], error: Exception) -> NeighborFetchError:
         return NeighborFetchError(
@@ -302,59 +289,3 @@ class SCARRetriever(BaseRetriever):
             stacklevel=4,
         )
         return self.vectorstore.embeddings  # type: ignore[return-value]
-
-    def _render(self, scar: QueryDriver) -> list[Document]:
-        returned = scar.returned()
-        if not self.merge_passages:
-            return [
-                Document(c.text, id=lk.chunk_id_of(c.item), metadata=dict(c.metadata) | trace)
-                for c, trace in returned
-            ]
-        passages: dict[int, list[tuple[Chunk, dict[str, Any]]]] = {}
-        for c, trace in returned:
-            passages.setdefault(trace["scar_passage"], []).append((c, trace))
-        rank = {h: r for r, h in enumerate(scar.hit_ids)}
-        out = []
-        for number, members in passages.items():
-            best = min(members, key=lambda m: rank.get(m[1]["scar_seed_id"], 0))[1]
-            seed = next((t for c, t in members if c.id == best["scar_seed_id"]), best)
-            starts = [c.metadata.get("start_index") for c, _ in members]
-            usable = [s if isinstance(s, int) else None for s in starts]
-            metadata = _shared([c.metadata for c, _ in members])
-            metadata |= {"start_index": starts[0]} if usable[0] is not None else {}
-            metadata |= {k: best[k] for k in ("scar_expanded", "scar_embedded")}
-            metadata |= {"scar_passage": number, "scar_score": seed["scar_score"]}
-            metadata |= {"scar_chunk_ids": [c.id for c, _ in members]}
-            metadata |= {"scar_chunks": [dict(c.metadata) | t for c, t in members]}
-            text = stitch([c.text for c, _ in members], usable)
-            out.append(Document(page_content=text, metadata=metadata))
-        return out
-
-
-def _shared(chunks: list[Any]) -> dict[str, Any]:
-    """The metadata on which every chunk of a passage agrees, less what is each chunk's own."""
-    first, others = chunks[0], chunks[1:]
-    return {
-        key: value
-        for key, value in first.items()
-        if key not in _CHUNK_KEYS and all(key in m and _same(m[key], value) for m in others)
-    }
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Whether two metadata values are equal (values whose ``==`` is not a bool: if identical)."""
-    try:
-        return a is b or (type(a) is type(b) and bool(a == b))
-    except (TypeError, ValueError):  # an array's == is elementwise
-        return False
-
-
-def _hit(document: Document, vector: Any = None) -> Chunk:
-    """The core's record of a Document: id, vector, links, text and metadata."""
-    metadata = document.metadata or {}
-    previous_id, next_id = lk.links_of(metadata)
-    linked = bool(previous_id or next_id or metadata.get(lk.DOCUMENT_ID_KEY))
-    return Chunk(
-        lk.chunk_id_of(document) or "", vector, previous_id, next_id, linked,
-        document.page_content, metadata, document, lk.window_of(metadata),
-    )  # fmt: skip

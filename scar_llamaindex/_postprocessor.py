@@ -1,55 +1,34 @@
-"""``SCARNodePostprocessor``: ``PrevNextNodePostprocessor`` that adds a neighbour only when it helps.
-
-LlamaIndex node parsers link each node to the one before and after it
-(``NodeRelationship.PREVIOUS`` / ``NEXT``). This postprocessor follows those links from the
-retrieved nodes, reads the neighbours and their stored embeddings (:mod:`scar_llamaindex._reads`),
-and lets :class:`scar_core._driver.QueryDriver` decide which of them continue the evidence.
-"""
+"""``SCARNodePostprocessor``: ``PrevNextNodePostprocessor`` that adds a neighbour only when it helps."""
 
 from __future__ import annotations
 
-import contextlib
 import operator
-from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from llama_index.core import Settings, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import (
+    BeforeValidator,
     Field,
     PrivateAttr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from llama_index.core.data_structs.data_structs import IndexDict
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
+from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.storage.docstore import BaseDocumentStore
 from llama_index.core.vector_stores.types import BasePydanticVectorStore, MetadataFilters
 
 from scar_core._chunks import Chunk
-from scar_core._driver import QueryDriver, VectorMemory, linked
-from scar_core._errors import (
-    InvalidSettingsError,
-    NeighborFetchError,
-    settings_error_in,
-    warn_once,
-)
-from scar_core._settings import ScarSettings, take_settings
-from scar_llamaindex import _compat
-from scar_llamaindex._nodes import checked, found, rendered, required
+from scar_core._driver import QueryDriver, VectorMemory
+from scar_core._errors import InvalidSettingsError, settings_error_in, warn_once
+from scar_core._settings import ScarSettings
+from scar_llamaindex import _compat, _nodes
 from scar_llamaindex._reads import StoreReader, checked_reader
 
 __all__ = ["SCARNodePostprocessor"]
-
-#: What users bring from retrievers and LangChain, and what SCAR takes instead.
-_HINTS = {
-    "k": "SCARNodePostprocessor's count is top_n=... (LlamaIndex's name)",
-    "similarity_top_k": "that is the retriever's; SCARNodePostprocessor's count is top_n=...",
-    "top_k": "SCARNodePostprocessor's count is top_n=...",
-}
 
 
 class SCARNodePostprocessor(BaseNodePostprocessor):
@@ -146,12 +125,12 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     top_n: int | None = Field(
         default=None, description="Nodes returned (budget) or seeds (paper); default: all."
     )
-    filters: MetadataFilters | None = Field(
+    filters: Annotated[MetadataFilters | None, BeforeValidator(_nodes.metadata_filters)] = Field(
         default=None,
         description="The retriever's metadata filters, applied to every neighbour read; they "
         "must be the ones the retriever searches with, and must be given (None: unfiltered).",
     )
-    vector_store_kwargs: dict[str, Any] = Field(
+    vector_store_kwargs: Annotated[dict[str, Any], BeforeValidator(_nodes.kwargs_mapping)] = Field(
         default_factory=dict,
         exclude=True,
         description="The retriever's vector_store_kwargs: applied to neighbour reads, or known "
@@ -196,18 +175,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
             TypeError: If ``index`` is not a ``VectorStoreIndex``.
             InvalidSettingsError: See the class.
         """
-        if not isinstance(index, VectorStoreIndex):
-            raise TypeError(
-                f"from_index takes a VectorStoreIndex, not {type(index).__name__}; for a "
-                "retriever, use SCARNodePostprocessor.from_retriever(retriever)."
-            )
-        stores = {
-            "docstore": index.docstore,
-            "vector_store": index.vector_store,
-            "index_struct": index.index_struct,
-            "embed_model": _compat.index_embed_model(index),
-        }
-        return cls(**(stores | kwargs))
+        return cls(**_nodes.index_settings(index, kwargs))
 
     @classmethod
     def from_retriever(cls, retriever: BaseRetriever, **kwargs: Any) -> SCARNodePostprocessor:
@@ -217,8 +185,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
         (an allow-list per store, see :mod:`scar_llamaindex._reads`), and kept only within its
         ``node_ids`` (``index.as_retriever`` passes the index's nodes) and ``doc_ids``, if set.
         Its query mode, ``alpha``, ``sparse_top_k`` and ``hybrid_top_k`` rank the search and do
-        not narrow it. ``VectorIndexRetriever`` has no public accessor for these, so
-        :func:`scar_llamaindex._compat.retriever_search` reads its private attributes.
+        not narrow it.
 
         Args:
             retriever: The ``VectorIndexRetriever`` whose nodes the postprocessor receives
@@ -233,19 +200,7 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
                 nor ``allow_unfiltered_neighbors`` is given.
         """
         search = _compat.retriever_search(retriever)
-        for name in ("filters", "vector_store_kwargs"):
-            if name in kwargs:
-                raise InvalidSettingsError(
-                    f"from_retriever takes the retriever's own {name}, so {name}=... cannot be "
-                    f"passed too; give them to the retriever (index.as_retriever({name}=...)) or "
-                    f"use SCARNodePostprocessor.from_index(index, {name}=...)."
-                )
-        built = {
-            "embed_model": search.embed_model,
-            "filters": search.filters,
-            "vector_store_kwargs": search.vector_store_kwargs,
-        }
-        scar = cls.from_index(search.vector_index, **(built | kwargs))
+        scar = cls.from_index(search.vector_index, **_nodes.retriever_settings(search, kwargs))
         scar._node_ids, scar._doc_ids = search.node_ids, search.doc_ids  # read by _reader_now
         return scar
 
@@ -254,197 +209,89 @@ class SCARNodePostprocessor(BaseNodePostprocessor):
     def _take_settings(cls, data: Any) -> Any:
         if isinstance(data, dict) and "settings" not in data:
             data = dict(data)
-            own = [
-                name for name in cls.model_fields if name not in ("settings", "callback_manager")
-            ]
-            for name in ("k", *_HINTS):
-                if name in data:
-                    raise InvalidSettingsError(
-                        f"SCARNodePostprocessor got {name}={data[name]!r}: {_HINTS[name]}."
-                    )
-            data["settings"] = take_settings(
-                data, "SCARNodePostprocessor", [*own, "callback_manager"]
-            )
+            data["settings"] = _nodes.settings_from(data, cls.model_fields)
         return data
-
-    @field_validator("filters", mode="before")
-    @classmethod
-    def _metadata_filters(cls, value: Any) -> Any:
-        if value is None or isinstance(value, MetadataFilters):
-            return value
-        if isinstance(value, Mapping):
-            with contextlib.suppress(ValidationError):
-                return MetadataFilters.model_validate(value)  # its own data, as to_dict gives
-        raise InvalidSettingsError(
-            f"SCARNodePostprocessor got filters={value!r}, which is not MetadataFilters; pass "
-            "the filters the retriever searches with, e.g. MetadataFilters(filters=["
-            "MetadataFilter(key='tenant', value='t1')]) (from llama_index.core.vector_stores), "
-            "or filters=None if its search is unfiltered."
-        )
-
-    @field_validator("vector_store_kwargs", mode="before")
-    @classmethod
-    def _kwargs_mapping(cls, value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return dict(value)
-        raise InvalidSettingsError(
-            f"SCARNodePostprocessor got vector_store_kwargs={value!r}, which is not a dict; pass "
-            "the retriever's vector_store_kwargs, e.g. {'shard_identifier': 't1'}, or {}."
-        )
 
     @model_validator(mode="after")
     def _check_stores(self) -> SCARNodePostprocessor:
         if self.top_n is not None:
             self.settings.for_query(self.top_n, strict=True, name="top_n")  # keep <= top_n
         if "filters" not in self.model_fields_set:
-            raise InvalidSettingsError(
-                "SCARNodePostprocessor must be told the filters the search uses: a postprocessor "
-                "never sees the retriever, and a neighbour read without them could be a node the "
-                "search may not return. State them, SCARNodePostprocessor.from_index(index, "
-                "filters=<the retriever's filters, or None>) (None: the search is unfiltered; "
-                "the constructor takes filters=... alike), or build it with "
-                "SCARNodePostprocessor.from_retriever(retriever), which takes the retriever's own."
-            )
+            raise InvalidSettingsError(_nodes.NO_FILTERS)
         self._reader_now()
         if self.embed_model is not None:  # its query vectors, for one embedding per query
             _compat.watch(self.embed_model)
         return self
 
     def _reader_now(self) -> StoreReader:
-        """The reader of the current stores and restrictions (:func:`~.reads.checked_reader`)."""
+        """The reader of the current stores and restrictions, built again if one changed."""
         stores = (
             self.docstore, self.vector_store, self.index_struct, self.filters,
             self.vector_store_kwargs, self._node_ids, self._doc_ids,
         )  # fmt: skip
         if self._reader is None or any(map(operator.is_not, self._reader.stores, stores)):
-            self._reader = checked_reader(  # built again if a store or a restriction changed
-                *stores[:5],
-                node_ids=self._node_ids,
-                doc_ids=self._doc_ids,
-                kwargs_stated="vector_store_kwargs" in self.model_fields_set,
-                unfiltered_ok=bool(
-                    self.settings.neighbor_filter or self.settings.allow_unfiltered_neighbors
-                ),
-            )
+            stated = "vector_store_kwargs" in self.model_fields_set
+            self._reader = checked_reader(*stores, kwargs_stated=stated, settings=self.settings)
         return self._reader
-
-    # The sync and async shells: read what the query asks for, render.
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         """Return the selected nodes, reading neighbours with the stores' sync APIs."""
-        checked(query_bundle)
-        vector = None
-        if linked(hits := [found(n.node) for n in nodes]):
-            bundle = required(query_bundle)
-            vector = bundle.embedding or self._remembered(bundle)
-            if vector is None:
-                vector = self._embedder().get_agg_embedding_from_queries(bundle.embedding_strs)
-                self._remember(bundle, vector)
-        scar, reader = self._query(nodes, hits, vector), self._reader_now()
+        hits, bundle, vector = _nodes.started(nodes, query_bundle, self._embedder)
+        if bundle is not None and vector is None:
+            embedder = self._embedder()
+            vector = embedder.get_agg_embedding_from_queries(bundle.embedding_strs)
+            _nodes.remembered(embedder, bundle, vector)
+        scar, reader = self._query(nodes, hits, vector)
         while ids := scar.wanted():
             try:
                 read = reader.nodes(ids)
             except Exception as error:
-                raise self._fetch_error(ids, error) from error
-            scar.receive(self._within_retriever(read, reader))
-            if texts := scar.lacking():
+                raise reader.fetch_error(ids, error) from error
+            if texts := _nodes.received(scar, reader, read):
                 scar.embedded(self._embedding(reader).get_text_embedding_batch(texts))
-        return self._render(nodes, scar.returned())
+        return _nodes.rendered(nodes, scar.returned())
 
     async def _apostprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         """Return the selected nodes, reading neighbours with the stores' async APIs."""
-        checked(query_bundle)
-        vector = None
-        if linked(hits := [found(n.node) for n in nodes]):
-            bundle = required(query_bundle)
-            vector = bundle.embedding or self._remembered(bundle)
-            if vector is None:
-                embedder = self._embedder()
-                vector = await embedder.aget_agg_embedding_from_queries(bundle.embedding_strs)
-                self._remember(bundle, vector)
-        scar, reader = self._query(nodes, hits, vector), self._reader_now()
+        hits, bundle, vector = _nodes.started(nodes, query_bundle, self._embedder)
+        if bundle is not None and vector is None:
+            embedder = self._embedder()
+            vector = await embedder.aget_agg_embedding_from_queries(bundle.embedding_strs)
+            _nodes.remembered(embedder, bundle, vector)
+        scar, reader = self._query(nodes, hits, vector)
         while ids := scar.wanted():
             try:
                 read = await reader.anodes(ids)
             except Exception as error:
-                raise self._fetch_error(ids, error) from error
-            scar.receive(self._within_retriever(read, reader))
-            if texts := scar.lacking():
+                raise reader.fetch_error(ids, error) from error
+            if texts := _nodes.received(scar, reader, read):
                 scar.embedded(await self._embedding(reader).aget_text_embedding_batch(texts))
-        self._warn_async(reader)
-        return self._render(nodes, scar.returned())
-
-    # The steps both shells share.
+        reader.warn_async()
+        return _nodes.rendered(nodes, scar.returned())
 
     def _embedder(self) -> BaseEmbedding:
         return self.embed_model if self.embed_model is not None else Settings.embed_model
 
-    def _remembered(self, bundle: QueryBundle) -> list[float] | None:
-        """The query's vector, if the embed model has computed it (for the retriever, say)."""
-        return _compat.query_vector(self._embedder(), bundle.embedding_strs)
-
-    def _remember(self, bundle: QueryBundle, vector: list[float]) -> None:
-        """Keep the vector, should the embed model's computations go unseen."""
-        if len(bundle.embedding_strs) == 1:
-            _compat.keep_query_vector(self._embedder(), bundle.embedding_strs[0], vector)
-
     def _query(
         self, nodes: list[NodeWithScore], hits: list[Chunk], vector: list[float] | None
-    ) -> QueryDriver:
+    ) -> tuple[QueryDriver, StoreReader]:
         reader = self._reader_now()
         if nodes and vector is None:
-            warn_once(
-                "unlinked",
-                self,
-                "None of the nodes SCARNodePostprocessor received has PREVIOUS/NEXT "
-                "relationships, so it returns them as they came (plain top-k). Parse documents "
-                "with a LlamaIndex node parser (e.g. SentenceSplitter, the VectorStoreIndex "
-                "default), which sets them.",
-                stacklevel=6,
-            )
-        k = self.top_n or len(nodes)
-        memory = self._fallback_for(reader)
-        return QueryDriver.for_adapter(vector, hits, self.settings, k, memory, reader.store)
-
-    def _fallback_for(self, reader: StoreReader) -> VectorMemory:
-        """The texts embedded for nodes no store gave a vector for: per store and embed model.
-
-        In memory only, never on disk; the embed model is looked up only when a node has to be
-        embedded (:meth:`_embedding`).
-        """
-        store, model = reader.store, self.embed_model
+            warn_once("unlinked", self, _nodes.UNLINKED, stacklevel=6)
         known = self._fallback
-        if known is None or known[0] is not store or known[1] is not model:
-            self._fallback = known = (store, model, VectorMemory())
-        return known[2]
+        if known is None or known[0] is not reader.store or known[1] is not self.embed_model:
+            self._fallback = known = (reader.store, self.embed_model, VectorMemory())
+        k = self.top_n or len(nodes)
+        driver = QueryDriver.for_adapter(vector, hits, self.settings, k, known[2], reader.store)
+        return driver, reader
 
     def _embedding(self, reader: StoreReader) -> BaseEmbedding:
         """The embed model, to embed nodes ``reader``'s store gave no vector for (warned once)."""
         owner = reader.store if reader.store is not None else self
-        warn_once("embedded", owner, self._fallback_warning(reader), stacklevel=4)
+        warning = reader.no_vectors_warning(self._embedder().model_name)
+        warn_once("embedded", owner, warning, stacklevel=4)
         return self._embedder()
-
-    # What reading the stores needs of the postprocessor; the rest is in the reader.
-
-    def _fallback_warning(self, reader: StoreReader) -> str:
-        return reader.no_vectors_warning(self._embedder().model_name)
-
-    def _within_retriever(self, nodes: list[BaseNode], reader: StoreReader) -> list[Chunk]:
-        """The nodes read (the reader keeps them within the search), with their stored vectors."""
-        vectors = reader.vectors(nodes)
-        return [found(n, vectors.get(n.node_id)) for n in nodes]
-
-    def _fetch_error(self, ids: list[str], error: Exception) -> NeighborFetchError:
-        return self._reader_now().fetch_error(ids, error)
-
-    def _warn_async(self, reader: StoreReader) -> None:
-        reader.warn_async(stacklevel=3)
-
-    def _render(
-        self, nodes: list[NodeWithScore], returned: list[tuple[Chunk, dict[str, Any]]]
-    ) -> list[NodeWithScore]:
-        return rendered(nodes, returned)

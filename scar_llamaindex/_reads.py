@@ -1,9 +1,8 @@
 """Read neighbour nodes and their stored vectors from LlamaIndex stores, sync or async.
 
-:func:`reader_for` is the one dispatch: it picks a :class:`StoreReader` by the vector store's
-type (a subclass counts; no store package is imported here). The reader reads nodes by id in one
-batched call, keeps those the index holds and the search's restrictions admit, and finds their
-stored vectors; each reader's docstring says how, for its store.
+A :class:`StoreReader`, picked by the vector store's type (:func:`reader_for`), reads nodes by id
+in one batched call, keeps those the index holds and the search's restrictions admit, and finds
+their stored vectors; each reader's docstring says how, for its store.
 
 What the index holds: where the vector store keeps no text (Simple, FAISS), the nodes its
 ``index_struct`` maps, as its retriever searches only those; two indexes sharing one
@@ -43,6 +42,7 @@ from scar_core._errors import (
     unfilterable_store_error,
     warn_once,
 )
+from scar_core._settings import ScarSettings
 from scar_llamaindex import _compat
 
 __all__ = ["StoreReader", "checked_reader", "links_of", "reader_for"]
@@ -66,17 +66,10 @@ class StoreReader:
     ``vector_store_kwargs`` (:meth:`unfilterable` says why); the readers of the stores it can
     filter derive from it.
 
-    Args:
-        docstore: The docstore, when nodes live there.
-        vector_store: The vector store; nodes are read from it when it keeps text.
-        index_struct: The index's map of vector store ids to node ids: a node read from the
-            docstore that it does not map is no longer in the index, and is left out.
-        filters: The search's filters; empty ones count as none.
-        search_kwargs: The search's ``vector_store_kwargs``.
-        node_ids: The retriever's ``node_ids``: no node outside them is read.
-        doc_ids: The retriever's ``doc_ids``: no node of another document is read.
-        kwargs_stated: Whether the search's ``vector_store_kwargs`` were stated (else the store
-            may need them, see :meth:`unfilterable`).
+    It takes the index's stores, then the search's ``filters`` (empty ones count as none),
+    ``vector_store_kwargs``, ``node_ids`` and ``doc_ids`` (no node outside them is read), and
+    whether those kwargs were stated (else the store may need them, see :meth:`unfilterable`).
+    A node read from the docstore that ``index_struct`` does not map is left out.
     """
 
     #: Whether the reader applies ``filters`` to what it reads.
@@ -93,9 +86,9 @@ class StoreReader:
         index_struct: IndexDict | None = None,
         filters: MetadataFilters | None = None,
         search_kwargs: Mapping[str, Any] | None = None,
-        *,
         node_ids: Collection[str] | None = None,
         doc_ids: Collection[str] | None = None,
+        *,
         kwargs_stated: bool = True,
     ) -> None:
         #: What the reader was made of: it reads these, and no others.
@@ -224,12 +217,8 @@ class StoreReader:
             "the index's nodes."
         )
 
-    def warn_async(self, stacklevel: int = 1) -> None:
-        """Warn, once per store, that its ``aget_nodes`` failed and a worker thread read it.
-
-        Args:
-            stacklevel: As the caller would pass it to ``warnings.warn``.
-        """
+    def warn_async(self) -> None:
+        """Warn, once per store, that its ``aget_nodes`` failed and a worker thread read it."""
         if (error := self.async_error) is not None:
             warn_once(
                 "async",
@@ -237,7 +226,7 @@ class StoreReader:
                 f"{type(self.store).__name__}.aget_nodes failed ({type(error).__name__}: "
                 f"{error}), so SCAR read it with get_nodes in a worker thread. Give the store a "
                 "working async client to use its async path.",
-                stacklevel=stacklevel + 2,
+                stacklevel=4,  # the caller of the postprocessor's shell
             )
 
     def no_vectors_warning(self, model_name: str) -> str:
@@ -407,34 +396,31 @@ _READERS: dict[str, type[StoreReader]] = {
 def reader_for(
     docstore: BaseDocumentStore | None,
     vector_store: BasePydanticVectorStore | None,
-    index_struct: IndexDict | None = None,
-    filters: MetadataFilters | None = None,
-    search_kwargs: Mapping[str, Any] | None = None,
+    *restrictions: Any,
     **bounds: Any,
 ) -> StoreReader:
     """Return the reader for the vector store's type (the first LlamaIndex class it derives from).
 
-    ``bounds``: :class:`StoreReader`'s ``node_ids``, ``doc_ids`` and ``kwargs_stated``.
+    ``restrictions`` and ``bounds``: the rest of :class:`StoreReader`'s arguments.
     """
     mro = type(vector_store).__mro__
     kind = next((c.__name__ for c in mro if c.__module__.startswith("llama_index.")), "")
-    reader = _READERS.get(kind, StoreReader)
-    return reader(docstore, vector_store, index_struct, filters, search_kwargs, **bounds)
+    return _READERS.get(kind, StoreReader)(docstore, vector_store, *restrictions, **bounds)
 
 
-def checked_reader(*stores: Any, unfiltered_ok: bool, **bounds: Any) -> StoreReader:
+def checked_reader(*stores: Any, settings: ScarSettings, **bounds: Any) -> StoreReader:
     """Return :func:`reader_for` ``(*stores, **bounds)``, if it can read as the search does.
 
-    ``unfiltered_ok``: ``neighbor_filter`` or ``allow_unfiltered_neighbors`` stands in for the
+    The ``settings``' ``neighbor_filter`` or ``allow_unfiltered_neighbors`` stands in for the
     restrictions the reader cannot apply.
 
     Raises:
-        InvalidSettingsError: If the reader cannot apply the search's restrictions and
-            ``unfiltered_ok`` is false, or if there is no store to read nodes from.
+        InvalidSettingsError: If the reader cannot apply the search's restrictions and neither
+            stands in for them, or if there is no store to read nodes from.
     """
     reader = reader_for(*stores, **bounds)
     why = reader.unfilterable()
-    if why is not None and not unfiltered_ok:
+    if why is not None and not (settings.neighbor_filter or settings.allow_unfiltered_neighbors):
         raise unfilterable_store_error(reader.name, why)
     if reader.store is None:
         held = "no vector store" if reader.vector_store is None else "a vector store that "
