@@ -34,7 +34,6 @@ __all__ = [
     "ListedChunk",
     "Span",
     "canonical",
-    "check_max_gap",
     "chunk_id_for",
     "chunk_joins",
     "document_chunk_ids",
@@ -254,12 +253,6 @@ def key_names(value: str | Sequence[str], argument: str, example: str) -> tuple[
             f"{argument}={value!r} must be a metadata key or a tuple of them, such as {example}."
         )
     return names
-
-
-def check_max_gap(max_gap: Any) -> None:
-    """Refuse a ``max_gap`` that is not an integer >= 0."""
-    if not isinstance(max_gap, int) or isinstance(max_gap, bool) or max_gap < 0:
-        raise InvalidSettingsError(f"max_gap={max_gap!r} must be an integer >= 0, such as 64.")
 
 
 def metadata_named(names: Sequence[str]) -> str:

@@ -23,7 +23,6 @@ from scar_core._links import (
     PAGE_KEYS,
     ListedChunk,
     Span,
-    check_max_gap,
     document_label,
     document_of,
     is_number,
@@ -34,6 +33,7 @@ from scar_core._links import (
     order_joins,
     typed_json,
 )
+from scar_core._settings import check_int
 from scar_langchain._links import (
     CHUNK_ID_KEY,
     LINK_KEYS,
@@ -182,7 +182,7 @@ def link_store(
     """
     keys = key_names(order_key, "order_key", "'start_index' or ('page', 'start_index')")
     names = document_names(document_key)
-    check_max_gap(max_gap)
+    check_int("max_gap", max_gap, 0)
     page_keys = [key for key in PAGE_KEYS if key not in keys]
     texts = keys[-1] == OFFSET_KEY
     access = access_for(vectorstore)

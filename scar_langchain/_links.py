@@ -18,7 +18,6 @@ from scar_core._errors import DataFormatError
 from scar_core._links import (
     MAX_GAP,
     ChunkLinks,
-    check_max_gap,
     chunk_joins,
     document_chunk_ids,
     document_label,
@@ -29,6 +28,7 @@ from scar_core._links import (
     typed_json,
 )
 from scar_core._passages import stitch
+from scar_core._settings import check_int
 
 #: Metadata keys :func:`link_chunks` writes.
 CHUNK_ID_KEY = "scar_chunk_id"
@@ -166,7 +166,7 @@ def link_chunks(
         )
         document_key = document_id_key
     names = document_names(document_key)
-    check_max_gap(max_gap)
+    check_int("max_gap", max_gap, 0)
     inputs = list(documents)
     linked: dict[int, Document] = {}
     for values, indices in _group_documents([d.metadata or {} for d in inputs], names):

@@ -55,8 +55,7 @@ def settings_from(data: dict[str, Any], fields: Iterable[str]) -> ScarSettings:
             raise InvalidSettingsError(
                 f"SCARNodePostprocessor got {name}={data[name]!r}: {_HINTS[name]}."
             )
-    own = [n for n in fields if n not in ("settings", "callback_manager")]
-    return take_settings(data, "SCARNodePostprocessor", [*own, "callback_manager"])
+    return take_settings(data, "SCARNodePostprocessor", [n for n in fields if n != "settings"])
 
 
 def index_settings(index: VectorStoreIndex, kwargs: dict[str, Any]) -> dict[str, Any]:

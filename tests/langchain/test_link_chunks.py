@@ -162,3 +162,18 @@ def test_ids_never_collide_across_documents_and_repeat_for_the_same_input(
     same = first == second and source == "a.txt" and not extra
     assert same or not {c.id for c in one} & {c.id for c in two}
     assert len({c.id for c in one}) == len(one)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "64"])
+def test_a_max_gap_that_is_not_an_integer_of_zero_or_more_is_refused_by_name(bad: object) -> None:
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from scar_core._errors import InvalidSettingsError
+    from scar_langchain import link_store
+
+    chunks = split(Document(MINUTES, metadata={"source": "minutes.txt"}))
+    with pytest.raises(InvalidSettingsError, match=rf"max_gap={bad!r} .*integer >= 0"):
+        link_chunks(chunks, max_gap=bad)  # type: ignore[arg-type]
+    store = InMemoryVectorStore(embedding=None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSettingsError, match=rf"max_gap={bad!r} .*integer >= 0"):
+        link_store(store, max_gap=bad)  # type: ignore[arg-type]
