@@ -24,6 +24,7 @@ from itertools import pairwise
 from typing import Any, NamedTuple
 
 from scar_core._errors import DataFormatError, InvalidSettingsError
+from scar_core._settings import check_int
 
 __all__ = [
     "CHUNK_ID_NAMESPACE",
@@ -109,8 +110,7 @@ def chunk_id_for(
     """
     if not isinstance(document_id, str) or not document_id:
         raise ValueError(f"document_id={document_id!r} must be a non-empty string.")
-    if not isinstance(occurrence, int) or isinstance(occurrence, bool) or occurrence < 0:
-        raise ValueError(f"occurrence={occurrence!r} must be an integer >= 0.")
+    check_int("occurrence", occurrence, 0)
     name = _dumps([document_id, text, canonical(dict(metadata or {})), occurrence])
     return str(uuid.uuid5(CHUNK_ID_NAMESPACE, name))
 
