@@ -36,7 +36,7 @@ from scar_core._scoring import (
     query_continuity_bonus,
     unit_vector,
 )
-from scar_core._settings import MAX_AUCTION_HITS, BudgetSettings, PaperSettings
+from scar_core._settings import BudgetSettings, PaperSettings, auction_limit
 
 
 def paper_expand(
@@ -149,10 +149,11 @@ def _budget(
     tokens: Mapping[str, int] | None,
 ) -> Selection:
     ranked = list(dict.fromkeys(hits))[: settings.k]
-    if len(ranked) > MAX_AUCTION_HITS:
+    if len(ranked) > (limit := auction_limit(settings.max_tokens)):
+        budget = "" if settings.max_tokens is None else f" with max_tokens={settings.max_tokens}"
         raise InvalidSettingsError(
-            f"{len(ranked)} retrieved chunks are more than the budget auction weighs; the limit "
-            f"is k <= {MAX_AUCTION_HITS} (its time and memory grow as k squared). Lower k."
+            f"{len(ranked)} retrieved chunks are more than the budget auction weighs{budget}; the "
+            f"limit is k <= {limit} (its time and memory grow as k squared). Lower k."
         )
     rank_of = {chunk_id: rank for rank, chunk_id in enumerate(ranked)}
     bids = hit_relevance(ranked, scored)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_selection import corpus
 
 from scar_core import BudgetSettings, Chunk, InvalidSettingsError, ScarSettings, budget_select
-from scar_core._settings import MAX_AUCTION_HITS
+from scar_core._settings import MAX_AUCTION_HITS, MAX_TOKEN_AUCTION_HITS
 
 
 @settings(max_examples=150, deadline=None)
@@ -87,3 +87,20 @@ def test_a_chunk_budget_at_the_limit_needs_memory_that_does_not_grow_as_k_square
     tracemalloc.stop()
     assert len(selection.chunk_ids) == MAX_AUCTION_HITS
     assert peak < 300e6  # 6.8 s and 669 MB before the way back read only its own cells
+
+
+def test_a_token_budget_at_its_limit_stays_under_300_mb_and_past_it_is_refused() -> None:
+    query, ranked, chunks, tokens = long_documents(MAX_TOKEN_AUCTION_HITS + 1)
+    at_limit = BudgetSettings(k=MAX_TOKEN_AUCTION_HITS, max_tokens=128_000)
+    tracemalloc.start()
+    selection = budget_select(query, ranked, chunks, at_limit, tokens)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert sum(tokens[c] for c in selection.chunk_ids) <= 128_000
+    assert peak < 300e6  # k = 1000 with max_tokens = 128000 took 46 s and 12 GB with no limit
+    past = BudgetSettings(k=MAX_TOKEN_AUCTION_HITS + 1, max_tokens=128_000)
+    with pytest.raises(InvalidSettingsError, match=r"101 retrieved.*max_tokens=128000.*k <= 100"):
+        budget_select(query, ranked, chunks, past, tokens)
+    with pytest.raises(InvalidSettingsError, match=r"k=101 is more.*max_tokens=128000.*k <= 100"):
+        ScarSettings(k=MAX_TOKEN_AUCTION_HITS + 1, max_tokens=128_000)
+    assert ScarSettings(k=MAX_TOKEN_AUCTION_HITS, max_tokens=128_000).k == MAX_TOKEN_AUCTION_HITS
