@@ -28,6 +28,7 @@ most ``max_tokens``). A second pass from the other end gives each decision's fli
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -224,55 +225,74 @@ def _diagonal_max(left: FloatArray, right: FloatArray, full: npt.NDArray[np.bool
 
 
 class _Front(NamedTuple):
-    """The Pareto front of one state: weights never falling, totals strictly rising with them.
+    """The Pareto front of one state: weights never falling, totals strictly rising with them."""
 
-    ``source`` and ``point`` say, for each point, the state and the point of the step before that
-    it was reached from (forward pass only).
+    weights: IntArray
+    totals: FloatArray
+
+
+class _Fronts(NamedTuple):
+    """The six fronts after one step, end to end: forward ``OUT, OPEN, ANCHORED``, then backward.
+
+    ``bounds[g]:bounds[g + 1]`` is front ``g`` (``3 * direction + state``); ``origin`` is each
+    point's index in the step before, which the forward trace follows back.
     """
 
     weights: IntArray
     totals: FloatArray
-    source: npt.NDArray[np.int8] | None = None
-    point: IntArray | None = None
+    bounds: IntArray
+    origin: IntArray
+
+    def front(self, direction: int, state: int) -> _Front:
+        low, high = self.bounds[3 * direction + state : 3 * direction + state + 2].tolist()
+        return _Front(self.weights[low:high], self.totals[low:high])
 
 
-_EMPTY = _Front(np.zeros(0, dtype=np.int64), np.zeros(0))
+# Step by step, each of the 18 moves is (direction, state after, state before), in that order:
+# the moves into one front come in the order of the states they leave.
+_MOVES = np.arange(18)
+_FROM = _MOVES // 9 * 3 + _MOVES % 3  # the front a move leaves
+_INTO = _MOVES // 3  # the front it reaches
+_TAKES = (_MOVES // 3) % 3 != _OUT  # whether it takes the chunk (adds its weight)
 
 
-def _front_step(
-    fronts: Sequence[_Front], bids: FloatArray, weight: int, capacity: int, traced: bool
-) -> list[_Front]:
-    """The three fronts after one chunk, from the three before it and its bids."""
-    following: list[_Front] = []
-    for after in (_OUT, _OPEN, _ANCHORED):
-        shift = 0 if after == _OUT else weight
-        parts = [
-            (before, fronts[before], float(bids[before, after]))
-            for before in (_OUT, _OPEN, _ANCHORED)
-            if bids[before, after] > _NONE and fronts[before].weights.size
-        ]
-        if not parts:
-            following.append(_EMPTY)
-            continue
-        weights = np.concatenate([f.weights for _, f, _ in parts]) + shift
-        totals = np.concatenate([f.totals + bid for _, f, bid in parts])
-        if len(parts) > 1:  # by weight; keep what beats every point before it (no heavier)
-            order = np.argsort(weights, kind="stable")
-            rising = np.maximum.accumulate(totals[order])
-            keep = np.empty(order.size, dtype=bool)
-            keep[0] = True
-            np.greater(rising[1:], rising[:-1], out=keep[1:])
-            order = order[keep]
-            order = order[weights[order] <= capacity]
-        else:
-            order = np.flatnonzero(weights <= capacity)
-        source = index = None
-        if traced:
-            sizes = [f.weights.size for _, f, _ in parts]
-            source = np.repeat(np.array([b for b, _, _ in parts], dtype=np.int8), sizes)[order]
-            index = order - np.repeat(np.cumsum([0, *sizes[:-1]]), sizes)[order]
-        following.append(_Front(weights[order], totals[order], source, index))
-    return following
+def _sweep(bids: FloatArray, weights: IntArray, capacity: int) -> list[_Fronts]:
+    """Both directions' fronts after every step: ``bids`` is ``(n, 2, 3, 3)``, ``weights`` ``(n, 2)``.
+
+    One step is one batch of numpy calls for all six fronts: every allowed move from every
+    point, sorted by front then weight (stably, so a tie keeps the order of the states left),
+    and in each front only the points that beat every lighter one.
+    """
+    n, size = len(bids), capacity + 1
+    move_bids = bids.transpose(0, 1, 3, 2).reshape(n, 18)  # [p, move]
+    allowed = move_bids > _NONE
+    added = np.where(_TAKES, weights[:, _INTO // 3], 0)  # [p, move]
+    ceiling = 6 * size  # a key past every front: points over the capacity sort last
+    steps = [_Fronts(np.zeros(2, dtype=np.int64), np.zeros(2), np.array([0, 1, 1, 1, 2, 2, 2]),
+                     np.zeros(2, dtype=np.int64))]  # fmt: skip
+    for p in range(n):
+        before = steps[-1]
+        counts = np.where(allowed[p], np.diff(before.bounds)[_FROM], 0)
+        ends = np.cumsum(counts)
+        origin = np.repeat(before.bounds[_FROM] - ends + counts, counts) + np.arange(ends[-1])
+        weight = before.weights[origin] + np.repeat(added[p], counts)
+        total = before.totals[origin] + np.repeat(move_bids[p], counts)
+        key = np.where(weight < size, np.repeat(_INTO * size, counts) + weight, ceiling)
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        bounds = np.searchsorted(key, np.arange(7) * size)
+        order = order[: bounds[-1]]
+        total = total[order]
+        best = np.empty_like(total)
+        for low, high in itertools.pairwise(bounds.tolist()):
+            if high > low:
+                np.maximum.accumulate(total[low:high], out=best[low:high])
+        kept = np.empty(total.size, dtype=bool)
+        np.greater(best[1:], best[:-1], out=kept[1:])
+        kept[bounds[:-1][bounds[:-1] < total.size]] = True
+        steps.append(_Fronts(weight[order][kept], total[kept],
+                             np.searchsorted(np.flatnonzero(kept), bounds), origin[order][kept]))  # fmt: skip
+    return steps
 
 
 class TokenAuction:
@@ -281,41 +301,34 @@ class TokenAuction:
     The same programme as :class:`CountAuction`, but each state keeps only its Pareto front of
     (tokens taken, best total): a lighter way to a state that is no worse makes a heavier one
     useless, whatever follows. So nothing grows with the budget: a front holds at most as many
-    points as distinct sums of candidate tokens, and in practice a few hundred.
+    points as distinct sums of candidate tokens, and in practice a few hundred. The line and its
+    reverse (for the flip thresholds) are swept together, one batch of numpy calls a step.
     """
 
     def __init__(self, line: Line, capacity: int) -> None:
         self.line, self.capacity, n = line, capacity, len(line.ids)
-        self.forward = self._sweep(line, traced=True)
-        self.backward = self._sweep(line.reversed(), traced=False)
-        ends = (self.forward[n][_OUT], self.forward[n][_ANCHORED])
+        bids = np.stack([line.bids(), line.reversed().bids()], axis=1)
+        weights = np.asarray(line.weights, dtype=np.int64).reshape(n, 1)
+        self._steps = _sweep(bids, np.hstack([weights, weights[::-1]]), capacity)
+        ends = [self._steps[n].front(0, s) for s in (_OUT, _ANCHORED)]
         best = [(float(f.totals[-1]), -int(f.weights[-1]), -s) if f.weights.size else
                 (_NONE, 0, -s) for s, f in zip((_OUT, _ANCHORED), ends, strict=True)]  # fmt: skip
-        self.total, _, state = max(best)
-        state = -state
-        index = ends[0 if state == _OUT else 1].weights.size - 1
+        self.total, _, negated = max(best)
+        at = int(self._steps[n].bounds[1 - negated]) - 1  # the best end state's last point
         self.picked: set[str] = set()
-        for p in range(n - 1, -1, -1):
-            front = self.forward[p + 1][state]
-            if state != _OUT:
-                self.picked.add(line.ids[p])
-            assert front.source is not None  # the forward sweep traces
-            assert front.point is not None
-            state, index = int(front.source[index]), int(front.point[index])
-
-    def _sweep(self, line: Line, traced: bool) -> list[list[_Front]]:
-        start = _Front(np.zeros(1, dtype=np.int64), np.zeros(1))
-        fronts: list[list[_Front]] = [[start, _EMPTY, _EMPTY]]
-        for p, bids in enumerate(line.bids()):
-            fronts.append(_front_step(fronts[p], bids, line.weights[p], self.capacity, traced))
-        return fronts
+        for p in range(n, 0, -1):
+            fronts = self._steps[p]
+            if int(np.searchsorted(fronts.bounds, at, side="right")) - 1 != _OUT:
+                self.picked.add(line.ids[p - 1])
+            at = int(fronts.origin[at])
 
     def flipped(self) -> dict[int, float]:
         """For each neighbour's position, the best total with its verdict reversed."""
         line, n, result = self.line, len(self.line.ids), {}
         ends = line.ends()
         for p in (p for p in range(n) if not line.hits[p]):
-            left, right = self.forward[p], self.backward[n - 1 - p]
+            left = [self._steps[p].front(0, s) for s in range(3)]
+            right = [self._steps[n - 1 - p].front(1, s) for s in range(3)]
             after = 0.0 if ends[p] else line.joins[p + 1]
             closed_left = [(left[_OUT], 0.0), (left[_ANCHORED], 0.0)]
             closed_right = [(right[_OUT], 0.0), (right[_ANCHORED], 0.0)]
