@@ -260,8 +260,9 @@ def _sweep(bids: FloatArray, weights: IntArray, capacity: int) -> list[_Fronts]:
     """Both directions' fronts after every step: ``bids`` is ``(n, 2, 3, 3)``, ``weights`` ``(n, 2)``.
 
     One step is one batch of numpy calls for all six fronts: every allowed move from every
-    point, sorted by front then weight (stably, so a tie keeps the order of the states left),
-    and in each front only the points that beat every lighter one.
+    point, sorted by front then weight (stably, so a tie keeps the order of the states left), and
+    in each front only the points that beat every lighter one, the best of each weight: at most
+    ``capacity + 1``.
     """
     n, size = len(bids), capacity + 1
     move_bids = bids.transpose(0, 1, 3, 2).reshape(n, 18)  # [p, move]
@@ -287,11 +288,15 @@ def _sweep(bids: FloatArray, weights: IntArray, capacity: int) -> list[_Fronts]:
         for low, high in itertools.pairwise(bounds.tolist()):
             if high > low:
                 np.maximum.accumulate(total[low:high], out=best[low:high])
-        kept = np.empty(total.size, dtype=bool)
-        np.greater(best[1:], best[:-1], out=kept[1:])
-        kept[bounds[:-1][bounds[:-1] < total.size]] = True
-        steps.append(_Fronts(weight[order][kept], total[kept],
-                             np.searchsorted(np.flatnonzero(kept), bounds), origin[order][kept]))  # fmt: skip
+        rises = np.empty(total.size, dtype=bool)
+        np.greater(best[1:], best[:-1], out=rises[1:])
+        rises[bounds[:-1][bounds[:-1] < total.size]] = True
+        kept = np.flatnonzero(rises)
+        last = np.ones(kept.size, dtype=bool)  # of the points kept at one weight, the best
+        np.not_equal(key[kept[1:]], key[kept[:-1]], out=last[:-1])
+        kept = kept[last]
+        steps.append(_Fronts(weight[order[kept]], total[kept], np.searchsorted(kept, bounds),
+                             origin[order[kept]]))  # fmt: skip
     return steps
 
 
@@ -300,9 +305,10 @@ class TokenAuction:
 
     The same programme as :class:`CountAuction`, but each state keeps only its Pareto front of
     (tokens taken, best total): a lighter way to a state that is no worse makes a heavier one
-    useless, whatever follows. So nothing grows with the budget: a front holds at most as many
-    points as distinct sums of candidate tokens, and in practice a few hundred. The line and its
-    reverse (for the flip thresholds) are swept together, one batch of numpy calls a step.
+    useless, whatever follows. A front holds at most one point a weight, ``capacity + 1`` at
+    most, and :func:`scar_core._selection.budget_select` keeps ``capacity`` within
+    ``TOKEN_GRID`` by weighing tokens in units past it. The line and its reverse (for the flip
+    thresholds) are swept together, one batch of numpy calls a step.
     """
 
     def __init__(self, line: Line, capacity: int) -> None:

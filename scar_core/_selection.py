@@ -36,7 +36,7 @@ from scar_core._scoring import (
     query_continuity_bonus,
     unit_vector,
 )
-from scar_core._settings import BudgetSettings, PaperSettings, auction_limit
+from scar_core._settings import TOKEN_GRID, BudgetSettings, PaperSettings, auction_limit
 
 
 def paper_expand(
@@ -122,7 +122,11 @@ def budget_select(
     So a neighbour bids ``S + alpha``, and a run of neighbours bids as a whole against single
     hits. With ``settings.max_tokens`` the set's ``tokens`` must sum to at most ``max_tokens``
     instead; the best ``keep`` hits are kept as far as they fit together, in rank order, and the
-    best hit even alone over the budget, so the result is never empty.
+    best hit even alone over the budget, so the result is never empty. Up to
+    ``TOKEN_GRID`` (4096) tokens the set is exact; past it tokens are weighed in units of
+    ``u = ceil(max_tokens / 4096)``, each chunk's count rounded up: the set still fits, and its
+    total bid is at least that of any set that fits ``max_tokens`` with ``u - 1`` tokens to
+    spare per chunk.
 
     Args:
         query: The query embedding, any scale.
@@ -172,9 +176,9 @@ def _budget(
     capacity = min(settings.k, len(candidates))
     scale = dict.fromkeys(candidates, 1.0)  # what a chunk's bid is multiplied by
     if settings.max_tokens is not None:
-        weight, kept = _token_weights(candidates, tokens, kept, settings.max_tokens)
-        capacity = min(settings.max_tokens, sum(weight.values()))
-        scale = _length_scales(weight)
+        counts, weight, kept, room = _token_weights(candidates, tokens, kept, settings.max_tokens)
+        capacity = min(room, sum(weight.values()))
+        scale = _length_scales(counts)
         pair = {(a, b): bid * (scale[a] + scale[b]) / 2 for (a, b), bid in pair.items()}
     line = Line(
         [c for chain in chains for c in chain],
@@ -256,9 +260,15 @@ def _token_weights(
     tokens: Mapping[str, int] | None,
     kept: Sequence[str],
     limit: int,
-) -> tuple[dict[str, int], list[str]]:
-    """Each candidate's tokens, and the kept hits that fit ``limit`` (the best hit always)."""
-    weight: dict[str, int] = {}
+) -> tuple[dict[str, int], dict[str, int], list[str], int]:
+    """Each candidate's tokens; its weight and the room in the auction; the kept hits that fit.
+
+    The auction weighs tokens in units of ``ceil(limit / TOKEN_GRID)`` (1 up to ``TOKEN_GRID``
+    tokens), each count rounded up, so that the answer fits ``limit`` and no front outgrows the
+    grid. The kept hits are kept as far as they fit, in rank order; the best hit always is, its
+    weight capped at the room.
+    """
+    counts: dict[str, int] = {}
     for chunk_id in candidates:
         count = (tokens or {}).get(chunk_id)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
@@ -266,11 +276,13 @@ def _token_weights(
                 f"max_tokens is set, but the token count of chunk {chunk_id!r} is {count!r}; "
                 "pass tokens={chunk id: integer >= 0} for every chunk within reach of the hits."
             )
-        weight[chunk_id] = count
-    kept = list(kept[: fill_in_order([weight[c] for c in kept], limit)])
+        counts[chunk_id] = count
+    unit = -(-limit // TOKEN_GRID)
+    weight, room = {c: -(-count // unit) for c, count in counts.items()}, limit // unit
+    kept = list(kept[: fill_in_order([weight[c] for c in kept], room)])
     if kept:
-        weight[kept[0]] = min(weight[kept[0]], limit)
-    return weight, kept
+        counts[kept[0]], weight[kept[0]] = min(counts[kept[0]], limit), min(weight[kept[0]], room)
+    return counts, weight, kept, room
 
 
 #: How the walk first reached a neighbour: its retrieved chunk, the chunk beside it, the step.

@@ -92,6 +92,24 @@ def test_a_chunk_budget_at_the_limit_needs_memory_that_does_not_grow_as_k_square
     assert peak < 300e6  # 6.8 s and 669 MB before the way back read only its own cells
 
 
+@pytest.mark.parametrize("limit", [4_000, 16_000, 128_000])
+def test_near_equal_bids_keep_a_token_budget_s_fronts_within_the_grid(limit: int) -> None:
+    # Hits that all bid about the same per token put almost every token sum on a front: before
+    # the grid, k = 100 with max_tokens = 128000 took 17 s and 5 GB here.
+    query, ranked, chunks, tokens = long_documents(MAX_TOKEN_AUCTION_HITS)
+    rng = np.random.default_rng(1)
+    chunks = {c: Chunk(c, query + 0.05 * rng.normal(size=query.size), x.previous_id, x.next_id)
+              for c, x in chunks.items()}  # fmt: skip
+    ranked = sorted(chunks, key=lambda c: -float(np.dot(chunks[c].vector, query)))
+    tracemalloc.start()
+    selection = budget_select(query, ranked, chunks, BudgetSettings(k=100, max_tokens=limit),
+                              tokens)  # fmt: skip
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert sum(tokens[c] for c in selection.chunk_ids) <= limit
+    assert peak < 300e6
+
+
 def test_a_token_budget_at_its_limit_stays_under_300_mb_and_past_it_is_refused() -> None:
     query, ranked, chunks, tokens = long_documents(MAX_TOKEN_AUCTION_HITS + 1)
     at_limit = BudgetSettings(k=MAX_TOKEN_AUCTION_HITS, max_tokens=128_000)

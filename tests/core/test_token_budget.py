@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from test_selection import candidates_of, corpus, cos, passages_of
 
 from scar_core import BudgetSettings, InvalidSettingsError, ScarSettings, budget_select
+from scar_core import _selection as selection_module
 from scar_core._chunks import Chunk
 from scar_core._driver import QueryDriver
 from scar_core._selection import fill_in_order
@@ -24,26 +25,30 @@ def lengths(chunks, seed: int, low: int = 1, high: int = 9) -> dict[str, int]:
 
 
 def naive_tokens(query, ranked, chunks, tokens, k, keep, alpha, lam, window, limit, with_=(),
-                 without=()):  # fmt: skip
+                 without=(), unit=1):  # fmt: skip
     """Every subset of the candidates whose tokens fit ``limit``, scored by the rules; best wins.
 
     The kept hits are the best ``keep`` as far as they fit in rank order (at least the best hit).
     Bids are fair to length: a chunk's bid is its relevance times its tokens over the candidates'
     mean, a linked pair's its bonus less penalty times its two chunks' mean of that ratio.
-    ``naive_tokens.total`` holds the best total bid; ``naive_tokens.scale`` each chunk's ratio.
+    With ``unit``, what must fit is each chunk's tokens in units of ``unit``, rounded up, within
+    ``limit // unit`` units. ``naive_tokens.total`` holds the best total bid;
+    ``naive_tokens.scale`` each chunk's ratio.
     """
-    hits = ranked[:k]
-    kept = hits[: fill_in_order([tokens[h] for h in hits[:keep]], limit)]
-    weight = dict(tokens) | {kept[0]: min(tokens[kept[0]], limit)}
+    hits, room = ranked[:k], limit // unit
+    units = {c: -(-count // unit) for c, count in tokens.items()}
+    kept = hits[: fill_in_order([units[h] for h in hits[:keep]], room)]
+    weight = units | {kept[0]: min(units[kept[0]], room)}
+    counts = dict(tokens) | {kept[0]: min(tokens[kept[0]], limit)}
     candidates = candidates_of(ranked, chunks, k, window)
-    mean = sum(weight[c] for c in candidates) / len(candidates)
-    scale = {c: weight[c] / mean if mean else 1.0 for c in candidates}
+    mean = sum(counts[c] for c in candidates) / len(candidates)
+    scale = {c: counts[c] / mean if mean else 1.0 for c in candidates}
     naive_tokens.scale = scale
     best, best_total = None, -math.inf
     for size in range(len(candidates) + 1):
         for subset in itertools.combinations(candidates, size):
             chosen = set(subset)
-            if sum(weight[c] for c in chosen) > limit:
+            if sum(weight[c] for c in chosen) > room:
                 continue
             if not set(kept) | set(with_) <= chosen or chosen & set(without):
                 continue
@@ -81,6 +86,26 @@ def test_token_auction_finds_the_best_set_that_exhaustive_search_finds(seed: int
         got = budget_select(query, ranked, chunks, bs, tokens)
         want = naive_tokens(query, ranked, chunks, tokens, k, keep, alpha, 0.1, window, limit)
         assert set(got.chunk_ids) == want, (k, keep, alpha, window, limit)
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_past_the_token_grid_the_auction_weighs_units_and_the_answer_still_fits(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(selection_module, "TOKEN_GRID", 4)  # limits of 9 to 20: units of 3 to 5
+    query, ranked, chunks = corpus(seed, length=5)
+    tokens = lengths(chunks, seed)
+    for k, keep, alpha, window, limit in CASES:
+        bs = BudgetSettings(
+            k=k, keep=keep, continuity_bonus=alpha, _window=window, max_tokens=limit
+        )
+        got = budget_select(query, ranked, chunks, bs, tokens)
+        unit = -(-limit // 4)
+        want = naive_tokens(query, ranked, chunks, tokens, k, keep, alpha, 0.1, window, limit,
+                            unit=unit)  # fmt: skip
+        assert set(got.chunk_ids) == want, (k, keep, alpha, window, limit)
+        spent = sum(tokens[c] for c in got.chunk_ids)
+        assert spent <= limit or got.chunk_ids == [ranked[0]]
 
 
 @pytest.mark.parametrize("seed", range(10))
