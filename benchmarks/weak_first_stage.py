@@ -37,12 +37,15 @@ The embeddings come through ``never_worse.load_set`` and its cache (``--cache-di
 per-query recalls go to ``--work``, one JSON per model, condition, scope and set (resumable: only
 rules missing from a file are run). ``--report`` merges their means into the committed
 ``results/never_worse.json`` (model-condition pairs whose top-B recall differs from the committed
-one, i.e. other embeddings, are left out) and prints every table::
+one, i.e. other embeddings, are left out) and prints every table. ``--ceiling FILE`` puts the
+models of another ``never_worse.py --out`` table in place of the committed ones, for a model
+whose embeddings changed (m2v distilled afresh: its own ceiling, from the same embeddings)::
 
     python benchmarks/weak_first_stage.py --models minilm --conditions base,noisy,template,hard \
         --rules ship,seedrel,seedrel2,seedrel50,seedmerge,seedmerge50,nested,agreeq,agreen,joint \
         --work /tmp/wfs/cand
     python benchmarks/weak_first_stage.py --report --work /tmp/wfs/cand \
+        --ceiling benchmarks/results/never_worse_m2v_fresh.json \
         --out benchmarks/results/weak_first_stage.json
     python benchmarks/weak_first_stage.py --study minilm,base    # complete answers, signals
     python benchmarks/weak_first_stage.py --models minilm --noise-seeds 0,1,2,3
@@ -73,6 +76,19 @@ LAMBDA = nw.LAMBDA
 WINDOW = nw.WINDOW
 HERE = Path(__file__).resolve().parent
 CEILING_FILE = HERE / "results" / "never_worse.json"
+
+
+def ceiling_table(extra: Path | None = None) -> dict:
+    """The committed ``never_worse.json`` table, model by model.
+
+    Args:
+        extra: Another ``never_worse.py --out`` table (e.g. one model run again with fresh
+            embeddings); its models replace the committed ones.
+    """
+    table = json.loads(CEILING_FILE.read_text())
+    if extra is not None:
+        table.update(json.loads(extra.read_text()))
+    return table
 
 
 # --------------------------------------------------------------------------- helpers
@@ -526,16 +542,23 @@ def load_work(work: Path) -> dict:
 MISMATCH: list[str] = []
 
 
-def merged(work: Path) -> tuple[dict, dict, list[str]]:
+def merged(work: Path, ceiling: Path | None = None) -> tuple[dict, dict, list[str]]:
     """The committed table with the candidates' means added where every set and scope is
-    measured; the ceiling's own rules per model and condition; the candidate names."""
-    base = json.loads(CEILING_FILE.read_text())
+    measured; the ceiling's own rules per model and condition; the candidate names.
+
+    Args:
+        work: The folder of per-query recalls.
+        ceiling: A ``never_worse.py --out`` table whose models replace the committed ones.
+    """
+    base = ceiling_table(ceiling)
     mine = load_work(work)
     table: dict = {}
     ceiling_rules: dict = {}
     names: set[str] = set()
     for model, conds in mine.items():
         for cond, scopes in conds.items():
+            if cond not in base.get(model, {}):
+                continue  # no ceiling measured for it
             old = {sc: nw.strip(sets) for sc, sets in base[model][cond].items()}
             if set(scopes) != set(old) or any(set(scopes[sc]) != set(old[sc]) for sc in old):
                 continue  # not complete yet
@@ -559,12 +582,12 @@ def merged(work: Path) -> tuple[dict, dict, list[str]]:
     return table, ceiling_rules, sorted(names - {"ship"}) + (["ship"] if "ship" in names else [])
 
 
-def partial_cells(work: Path, table: Mapping) -> list[str]:
-    base = json.loads(CEILING_FILE.read_text())
+def partial_cells(work: Path, table: Mapping, ceiling: Path | None = None) -> list[str]:
+    base = ceiling_table(ceiling)
     lines = []
     for f in sorted(work.glob("*__*__*__*.json")):
         model, cond, scope, name = f.stem.split("__")
-        if cond in table.get(model, {}):
+        if cond in table.get(model, {}) or cond not in base.get(model, {}):
             continue
         raw = json.loads(f.read_text())
         cells = base[model][cond][scope][name]
@@ -651,8 +674,8 @@ def paired_noise(work: Path, table: Mapping) -> list[tuple]:
     return rows
 
 
-def report(work: Path, out: Path | None) -> None:
-    table, ceiling_rules, names = merged(work)
+def report(work: Path, out: Path | None, ceiling: Path | None = None) -> None:
+    table, ceiling_rules, names = merged(work, ceiling)
     shown = [n for n in names if n != "ship"]
     for line in dict.fromkeys(m.split(" B=")[0].rsplit(" ", 2)[0] for m in MISMATCH):
         first = next(m for m in MISMATCH if m.startswith(line))
@@ -738,9 +761,10 @@ def report(work: Path, out: Path | None) -> None:
                 if n in entry
             )
         )
-    # nested versus the exact DP, and the default's identity
-    diffs, fdiffs, same = [], [], []
-    for conds in table.values():
+    # nested versus the exact DP, per model, and the default's identity
+    diffs: dict[str, tuple[list[float], list[float]]] = {}
+    same = []
+    for model, conds in table.items():
         for tab in conds.values():
             for sets in tab.values():
                 for cells in sets.values():
@@ -748,20 +772,23 @@ def report(work: Path, out: Path | None) -> None:
                         if "ship_here" in cell:
                             same.append(abs(cell["ship_here"]["all"] - cell["budget"]["all"]))
                         if "nested" in cell:
-                            diffs.append(100 * (cell["nested"]["all"] - cell["budget"]["all"]))
-                            fdiffs.append(
+                            every, frag = diffs.setdefault(model, ([], []))
+                            every.append(100 * (cell["nested"]["all"] - cell["budget"]["all"]))
+                            frag.append(
                                 100 * (cell["nested"]["fragmented"] - cell["budget"]["fragmented"])
                             )
     if diffs:
-        print(f"\n# Nested greedy against the exact DP (default bids), {len(diffs)} cells\n")
-        print(
-            f"all queries: mean {np.mean(diffs):+.2f} points, worst {min(diffs):+.2f}, "
-            f"best {max(diffs):+.2f}; fragmented: mean {np.mean(fdiffs):+.2f}, "
-            f"worst {min(fdiffs):+.2f}"
-        )
+        print("\n# Nested greedy against the exact DP (default bids), cells = condition x scope x "
+              "set x B\n")  # fmt: skip
+        for model, (every, frag) in diffs.items():
+            print(
+                f"* {model}, {len(every)} cells: all queries: mean {np.mean(every):+.2f} points, "
+                f"worst {min(every):+.2f}, best {max(every):+.2f}; fragmented: mean "
+                f"{np.mean(frag):+.2f}, worst {min(frag):+.2f}"
+            )
     if same:
-        print(f"default recomputed here vs committed: largest difference {max(same):.4f}")
-    partial = partial_cells(work, table)
+        print(f"\ndefault recomputed here vs committed: largest difference {max(same):.4f}")
+    partial = partial_cells(work, table, ceiling)
     if partial:
         print(
             "\n# Model-condition pairs measured in part: never-worse gap per set, scope and B "
@@ -850,9 +877,15 @@ def main() -> None:
         "the noisy condition's noise, e.g. 0,1,2,3 (0 is never_worse.py's)",
     )
     p.add_argument("--out", type=Path)
+    p.add_argument(
+        "--ceiling",
+        type=Path,
+        help="with --report: a never_worse.py --out table whose models replace those of the "
+        "committed results/never_worse.json (e.g. a model re-run with fresh embeddings)",
+    )
     args = p.parse_args()
     if args.report:
-        report(args.work, args.out)
+        report(args.work, args.out, args.ceiling)
         return
     if args.study:
         study(args, args.study)
