@@ -352,8 +352,9 @@ def main() -> None:
         "query allocates at most, by tracemalloc. Load average at the end: "
         f"{os.getloadavg()[0]:.1f}.",
         f"Reads per SCAR query beyond the search (an untimed pass of {COUNTED} further queries): "
-        "the reader's batches (one store read call each: PGVectorStore `get`; FAISS reads "
-        "`docstore.search` + `index.reconstruct` per chunk), store read calls, rows read, "
+        "the reader's batches (one store read each: PGVectorStore `get`; FAISS's docstore "
+        "lookups and one `index.reconstruct_batch`), store read calls (FAISS: docstore lookups, "
+        "one per chunk), rows read, "
         "neighbours returned, and chunks embedded at query time (`embed_documents`).",
     ]
     timing_header = (
