@@ -75,24 +75,13 @@ def fair_bid(query, chunks, chosen, alpha, lam, scale):
 CASES = ((3, 1, 0.2, 1, 12), (3, 2, 0.5, 1, 20), (2, 1, 1.0, 2, 15), (4, 2, 0.0, 1, 9))
 
 
+@pytest.mark.parametrize("grid", [None, 4])  # 4: limits of 9 to 20 weighed in units of 3 to 5
 @pytest.mark.parametrize("seed", range(25))
-def test_token_auction_finds_the_best_set_that_exhaustive_search_finds(seed: int) -> None:
-    query, ranked, chunks = corpus(seed, length=5)
-    tokens = lengths(chunks, seed)
-    for k, keep, alpha, window, limit in CASES:
-        bs = BudgetSettings(
-            k=k, keep=keep, continuity_bonus=alpha, _window=window, max_tokens=limit
-        )
-        got = budget_select(query, ranked, chunks, bs, tokens)
-        want = naive_tokens(query, ranked, chunks, tokens, k, keep, alpha, 0.1, window, limit)
-        assert set(got.chunk_ids) == want, (k, keep, alpha, window, limit)
-
-
-@pytest.mark.parametrize("seed", range(15))
-def test_past_the_token_grid_the_auction_weighs_units_and_the_answer_still_fits(
-    seed: int, monkeypatch: pytest.MonkeyPatch
+def test_token_auction_finds_the_best_set_that_exhaustive_search_finds(
+    seed: int, grid: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(selection_module, "TOKEN_GRID", 4)  # limits of 9 to 20: units of 3 to 5
+    if grid is not None:  # past the grid, tokens are weighed in units, each count rounded up
+        monkeypatch.setattr(selection_module, "TOKEN_GRID", grid)
     query, ranked, chunks = corpus(seed, length=5)
     tokens = lengths(chunks, seed)
     for k, keep, alpha, window, limit in CASES:
@@ -100,7 +89,7 @@ def test_past_the_token_grid_the_auction_weighs_units_and_the_answer_still_fits(
             k=k, keep=keep, continuity_bonus=alpha, _window=window, max_tokens=limit
         )
         got = budget_select(query, ranked, chunks, bs, tokens)
-        unit = -(-limit // 4)
+        unit = 1 if grid is None else -(-limit // grid)
         want = naive_tokens(query, ranked, chunks, tokens, k, keep, alpha, 0.1, window, limit,
                             unit=unit)  # fmt: skip
         assert set(got.chunk_ids) == want, (k, keep, alpha, window, limit)
