@@ -54,6 +54,7 @@ whose embeddings changed (m2v distilled afresh: its own ceiling, from the same e
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -151,6 +152,11 @@ def relevance(data: nw.Prepared, q: int, r: int) -> float:
     return float(data.vectors[r] @ data.queries[q])
 
 
+def relevance_to(data: nw.Prepared, q: int) -> Callable[[int], float]:
+    """``cos(q, r)`` of query ``q`` as a function of the row, each row computed once."""
+    return functools.cache(functools.partial(relevance, data, q))
+
+
 def paper_accept(data: nw.Prepared, q: int, gamma: float = GAMMA):
     def accept(seed: int, prev: int, n: int) -> bool:
         boundary = float(data.vectors[prev] @ data.vectors[n])
@@ -188,12 +194,7 @@ def joint_rule(data: nw.Prepared, q: int, joint: np.ndarray, keep: int = 2) -> d
 def nested_auction(data: nw.Prepared, q: int, keep: int = 2, runs: int = 3) -> dict:
     """The default's bids, filled one chunk at a time, so the B-selection is nested in B."""
     ranked = data.ranked[q][:MAXB].tolist()
-    rel = {}
-
-    def cos(r: int) -> float:
-        if r not in rel:
-            rel[r] = relevance(data, q, r)
-        return rel[r]
+    cos = relevance_to(data, q)
 
     chosen: list[int] = list(ranked[: min(keep, MAXB)])
     sel = set(chosen)
@@ -253,12 +254,7 @@ def seed_merge(data: nw.Prepared, q: int, gamma: float = GAMMA, keep: int = 2) -
     rule accepts it (so accepted neighbours come right after their seed, and the others compete
     with the deeper hits)."""
     ranked = data.ranked[q][:MAXB].tolist()
-    cos = {}
-
-    def rel(r: int) -> float:
-        if r not in cos:
-            cos[r] = relevance(data, q, r)
-        return cos[r]
+    rel = relevance_to(data, q)
 
     chosen = list(ranked[: min(keep, MAXB)])
     seed_of = {h: h for h in chosen}
